@@ -1,1 +1,5 @@
-//! Placeholder; filled in by its own change.
+//! The socket layer: generic-netlink family resolution, sequence numbers,
+//! batching, dumps and network namespaces. Thin by design: it moves bytes
+//! that [`crate::codec`] builds and parses.
+
+pub mod netns;

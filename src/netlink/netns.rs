@@ -1,0 +1,1 @@
+//! Network namespaces (being written).
