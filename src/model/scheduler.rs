@@ -1,0 +1,150 @@
+//! Scheduler and persistence-engine names.
+
+use std::fmt;
+
+/// A scheduling algorithm, by the name the kernel registers it under.
+///
+/// The schedulers that ship with Linux have their own variants; any other
+/// name (an out-of-tree module) is [`Scheduler::Other`]. Names are compared
+/// exactly as the kernel compares them, so `Scheduler::from_name("rr")` and
+/// `Scheduler::RoundRobin` are the same value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scheduler {
+    /// `rr`: round robin.
+    RoundRobin,
+    /// `wrr`: weighted round robin.
+    WeightedRoundRobin,
+    /// `lc`: least connection.
+    LeastConnection,
+    /// `wlc`: weighted least connection (ipvsadm's default).
+    WeightedLeastConnection,
+    /// `lblc`: locality-based least connection.
+    LocalityBasedLeastConnection,
+    /// `lblcr`: locality-based least connection with replication.
+    LocalityBasedLeastConnectionReplication,
+    /// `dh`: destination hashing.
+    DestinationHashing,
+    /// `sh`: source hashing.
+    SourceHashing,
+    /// `sed`: shortest expected delay.
+    ShortestExpectedDelay,
+    /// `nq`: never queue.
+    NeverQueue,
+    /// `fo`: weighted failover.
+    WeightedFailover,
+    /// `ovf`: weighted overflow.
+    WeightedOverflow,
+    /// `mh`: Maglev hashing (4.18+).
+    MaglevHashing,
+    /// `twos`: weighted random twos choice (6.7+).
+    TwoChoice,
+    /// `none`: no scheduler (the kernel reports this for services without one).
+    None,
+    /// Any other scheduler name.
+    Other(String),
+}
+
+const KNOWN: [(&str, Scheduler); 15] = [
+    ("rr", Scheduler::RoundRobin),
+    ("wrr", Scheduler::WeightedRoundRobin),
+    ("lc", Scheduler::LeastConnection),
+    ("wlc", Scheduler::WeightedLeastConnection),
+    ("lblc", Scheduler::LocalityBasedLeastConnection),
+    ("lblcr", Scheduler::LocalityBasedLeastConnectionReplication),
+    ("dh", Scheduler::DestinationHashing),
+    ("sh", Scheduler::SourceHashing),
+    ("sed", Scheduler::ShortestExpectedDelay),
+    ("nq", Scheduler::NeverQueue),
+    ("fo", Scheduler::WeightedFailover),
+    ("ovf", Scheduler::WeightedOverflow),
+    ("mh", Scheduler::MaglevHashing),
+    ("twos", Scheduler::TwoChoice),
+    ("none", Scheduler::None),
+];
+
+impl Scheduler {
+    /// Every scheduler that ships with Linux (without `none`), oldest first.
+    pub const BUILT_IN: [Scheduler; 14] = [
+        Scheduler::RoundRobin,
+        Scheduler::WeightedRoundRobin,
+        Scheduler::LeastConnection,
+        Scheduler::WeightedLeastConnection,
+        Scheduler::LocalityBasedLeastConnection,
+        Scheduler::LocalityBasedLeastConnectionReplication,
+        Scheduler::DestinationHashing,
+        Scheduler::SourceHashing,
+        Scheduler::ShortestExpectedDelay,
+        Scheduler::NeverQueue,
+        Scheduler::WeightedFailover,
+        Scheduler::WeightedOverflow,
+        Scheduler::MaglevHashing,
+        Scheduler::TwoChoice,
+    ];
+
+    /// The scheduler registered under `name`.
+    ///
+    /// ```
+    /// use ipvsctl::model::Scheduler;
+    /// assert_eq!(Scheduler::from_name("wrr"), Scheduler::WeightedRoundRobin);
+    /// assert_eq!(Scheduler::from_name("mine").name(), "mine");
+    /// ```
+    pub fn from_name(name: &str) -> Self {
+        KNOWN
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| Scheduler::Other(name.to_owned()))
+    }
+
+    /// The name the kernel knows this scheduler by.
+    pub fn name(&self) -> &str {
+        if let Scheduler::Other(name) = self {
+            return name;
+        }
+        KNOWN.iter().find(|(_, s)| s == self).map_or("", |(n, _)| n)
+    }
+
+    /// The kernel module that provides this scheduler (`ip_vs_<name>`), or
+    /// `None` for [`Scheduler::None`].
+    pub fn module_name(&self) -> Option<String> {
+        match self {
+            Scheduler::None => None,
+            other => Some(format!("ip_vs_{}", other.name())),
+        }
+    }
+}
+
+impl Default for Scheduler {
+    /// `wlc`, as ipvsadm.
+    fn default() -> Self {
+        Scheduler::WeightedLeastConnection
+    }
+}
+
+impl fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A persistence engine, by name (Linux ships `sip`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PersistenceEngine(pub String);
+
+impl PersistenceEngine {
+    /// The SIP persistence engine (`ip_vs_pe_sip`).
+    pub fn sip() -> Self {
+        PersistenceEngine("sip".to_owned())
+    }
+
+    /// The engine's name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PersistenceEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

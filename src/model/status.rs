@@ -1,0 +1,123 @@
+//! Read-only status values: statistics, connection counts, timeouts, info.
+//! None of these take part in the equality of configuration types.
+
+use std::fmt;
+
+use super::{RealServer, VirtualServer};
+
+/// Where a [`Stats`] value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StatsSource {
+    /// No statistics attribute was present.
+    #[default]
+    Absent,
+    /// The 32-bit `STATS` attribute (kernels before 4.1): counters other than
+    /// bytes wrap at 2³².
+    Stats32,
+    /// The 64-bit `STATS64` attribute (4.1+).
+    Stats64,
+}
+
+/// Traffic counters and rate estimates of a service or destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Stats {
+    /// Connections scheduled.
+    pub conns: u64,
+    /// Incoming packets.
+    pub in_pkts: u64,
+    /// Outgoing packets.
+    pub out_pkts: u64,
+    /// Incoming bytes.
+    pub in_bytes: u64,
+    /// Outgoing bytes.
+    pub out_bytes: u64,
+    /// Connections per second (estimate).
+    pub cps: u64,
+    /// Incoming packets per second (estimate).
+    pub in_pps: u64,
+    /// Outgoing packets per second (estimate).
+    pub out_pps: u64,
+    /// Incoming bytes per second (estimate).
+    pub in_bps: u64,
+    /// Outgoing bytes per second (estimate).
+    pub out_bps: u64,
+    /// Which attribute these values came from.
+    pub source: StatsSource,
+}
+
+/// Connection counts of a real server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ConnCounts {
+    /// Active connections (TCP established).
+    pub active: u32,
+    /// Inactive connections (other states).
+    pub inactive: u32,
+    /// Persistence templates.
+    pub persistent: u32,
+}
+
+/// A virtual server as the kernel reported it, with its statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSnapshot {
+    /// The configuration (compare this, not the snapshot).
+    pub service: VirtualServer,
+    /// Statistics at the time of the read.
+    pub stats: Stats,
+}
+
+/// A real server as the kernel reported it, with its counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationSnapshot {
+    /// The configuration (compare this, not the snapshot).
+    pub server: RealServer,
+    /// Connection counts.
+    pub conns: ConnCounts,
+    /// Statistics at the time of the read.
+    pub stats: Stats,
+}
+
+/// Connection timeouts in seconds (`ipvsadm --set`). When setting, 0 keeps the
+/// kernel's current value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Timeouts {
+    /// Established TCP sessions.
+    pub tcp: u32,
+    /// TCP sessions after a FIN.
+    pub tcp_fin: u32,
+    /// UDP.
+    pub udp: u32,
+}
+
+/// The IPVS version the kernel reports (1.2.1 on every kernel since 2.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub u32);
+
+impl Version {
+    /// Major number.
+    pub fn major(self) -> u32 {
+        (self.0 >> 16) & 0xff
+    }
+    /// Minor number.
+    pub fn minor(self) -> u32 {
+        (self.0 >> 8) & 0xff
+    }
+    /// Patch number.
+    pub fn patch(self) -> u32 {
+        self.0 & 0xff
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major(), self.minor(), self.patch())
+    }
+}
+
+/// What `GET_INFO` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Info {
+    /// IPVS version.
+    pub version: Version,
+    /// Size of the connection hash table.
+    pub conn_tab_size: u32,
+}

@@ -1,0 +1,377 @@
+//! Validation before anything is encoded: every error names the field and the
+//! reason, so a bad value never reaches the kernel.
+
+use super::{
+    AddressFamily, ForwardMethod, MAX_NAME_LEN, Netmask, RealServer, ServiceFlags, ServiceKey,
+    SyncDaemon, TunnelEncap, VirtualServer,
+};
+
+/// Why a model value cannot be sent to the kernel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidationError {
+    /// A name (scheduler, persistence engine, interface) is longer than the
+    /// kernel's 15 bytes.
+    #[error("{field}: {name:?} is {len} bytes long; the kernel takes at most {max}")]
+    NameTooLong {
+        /// Which field.
+        field: &'static str,
+        /// The name given.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A name is empty or contains a NUL byte.
+    #[error("{field}: {name:?} is not a valid name (empty or contains NUL)")]
+    NameInvalid {
+        /// Which field.
+        field: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// An IPv4 persistence netmask whose ones are not contiguous.
+    #[error("netmask: {mask} is not a contiguous IPv4 netmask")]
+    NonContiguousNetmask {
+        /// The mask given.
+        mask: std::net::Ipv4Addr,
+    },
+    /// An IPv6 persistence prefix length outside 1..=128.
+    #[error("netmask: IPv6 prefix length {prefix} is outside 1..=128")]
+    Ipv6PrefixOutOfRange {
+        /// The prefix given.
+        prefix: u8,
+    },
+    /// A netmask of the other address family than the service's.
+    #[error("netmask: an {netmask} netmask on an {service} service")]
+    NetmaskFamilyMismatch {
+        /// The netmask's family.
+        netmask: AddressFamily,
+        /// The service's family.
+        service: AddressFamily,
+    },
+    /// Port 0 on a service that is neither persistent nor firewall-mark based.
+    #[error(
+        "port: port 0 on {key} is only allowed for persistent services (ipvsadm: zero port specified for non-persistent service)"
+    )]
+    ZeroPort {
+        /// The service.
+        key: ServiceKey,
+    },
+    /// Firewall mark 0 (the kernel would treat it as "no mark").
+    #[error("fwmark: firewall mark 0 is not a valid service key")]
+    ZeroFwMark,
+    /// A weight the kernel reads as negative.
+    #[error("weight: {weight} is above the kernel's limit {}", i32::MAX)]
+    WeightOutOfRange {
+        /// The weight given.
+        weight: u32,
+    },
+    /// A lower threshold above the upper one (the kernel answers ERANGE,
+    /// including when the upper threshold is 0).
+    #[error("thresholds: lower threshold {lower} is above upper threshold {upper}")]
+    ThresholdsInverted {
+        /// Lower threshold.
+        lower: u32,
+        /// Upper threshold.
+        upper: u32,
+    },
+    /// A GUE tunnel without a port.
+    #[error("tunnel port: GUE tunnelling needs a non-zero port")]
+    GueWithoutPort,
+    /// A real server of another address family than its virtual server,
+    /// without tunnelling.
+    #[error(
+        "address family: {server} real server on an {service} service needs tunnelling (got {forward})"
+    )]
+    FamilyMismatch {
+        /// The service's family.
+        service: AddressFamily,
+        /// The real server's family.
+        server: AddressFamily,
+        /// The forwarding method given.
+        forward: ForwardMethod,
+    },
+    /// A sync-daemon multicast group that is not a multicast address.
+    #[error("multicast group: {group} is not a multicast address")]
+    NotMulticast {
+        /// The group given.
+        group: std::net::IpAddr,
+    },
+}
+
+fn check_name(field: &'static str, name: &str) -> Result<(), ValidationError> {
+    if name.is_empty() || name.contains('\0') {
+        return Err(ValidationError::NameInvalid {
+            field,
+            name: name.to_owned(),
+        });
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(ValidationError::NameTooLong {
+            field,
+            name: name.to_owned(),
+            len: name.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+impl ServiceKey {
+    /// Checks the key on its own (firewall mark non-zero).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match self {
+            ServiceKey::FwMark { mark: 0, .. } => Err(ValidationError::ZeroFwMark),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl VirtualServer {
+    /// Checks everything the kernel or ipvsadm would reject.
+    ///
+    /// ```
+    /// use ipvsctl::model::{Scheduler, ServiceKey, ValidationError, VirtualServer};
+    /// let vs = VirtualServer::new(ServiceKey::tcp("10.0.0.1:80".parse().unwrap()))
+    ///     .with_scheduler(Scheduler::Other("a-very-long-scheduler".into()));
+    /// assert!(matches!(vs.validate(), Err(ValidationError::NameTooLong { field: "scheduler", .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.key.validate()?;
+        check_name("scheduler", self.scheduler.name())?;
+        if let Some(pe) = &self.persistence_engine {
+            check_name("persistence engine", pe.name())?;
+        }
+        let family = self.family();
+        match self.netmask {
+            Netmask::V4(mask) if family == AddressFamily::Inet => {
+                if self.netmask.prefix_len().is_none() {
+                    return Err(ValidationError::NonContiguousNetmask { mask });
+                }
+            }
+            Netmask::V6(prefix) if family == AddressFamily::Inet6 => {
+                if !(1..=128).contains(&prefix) {
+                    return Err(ValidationError::Ipv6PrefixOutOfRange { prefix });
+                }
+            }
+            other => {
+                return Err(ValidationError::NetmaskFamilyMismatch {
+                    netmask: other.family(),
+                    service: family,
+                });
+            }
+        }
+        if let ServiceKey::Addr { addr, .. } = self.key {
+            if addr.port() == 0 && !self.flags.contains(ServiceFlags::PERSISTENT) {
+                return Err(ValidationError::ZeroPort { key: self.key });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RealServer {
+    /// Checks the real server on its own (weight, thresholds, tunnel). Use
+    /// [`validate_destination`] to check it against its virtual server too.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.weight > i32::MAX as u32 {
+            return Err(ValidationError::WeightOutOfRange {
+                weight: self.weight,
+            });
+        }
+        if self.lower_threshold > self.upper_threshold {
+            return Err(ValidationError::ThresholdsInverted {
+                lower: self.lower_threshold,
+                upper: self.upper_threshold,
+            });
+        }
+        if let ForwardMethod::Tunnel(t) = self.forward {
+            if t.encap == (TunnelEncap::Gue { port: 0 }) {
+                return Err(ValidationError::GueWithoutPort);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks a real server against the virtual server it belongs to: on its own,
+/// and its address family (a different family only with tunnelling).
+///
+/// ```
+/// use ipvsctl::model::{validate_destination, RealServer, ServiceKey, ValidationError};
+/// let key = ServiceKey::tcp("10.0.0.1:80".parse().unwrap());
+/// let rs = RealServer::new("[2001:db8::1]:80".parse().unwrap());
+/// assert!(matches!(validate_destination(&key, &rs), Err(ValidationError::FamilyMismatch { .. })));
+/// ```
+pub fn validate_destination(
+    service: &ServiceKey,
+    server: &RealServer,
+) -> Result<(), ValidationError> {
+    server.validate()?;
+    if service.family() != server.family() && !server.forward.is_tunnel() {
+        return Err(ValidationError::FamilyMismatch {
+            service: service.family(),
+            server: server.family(),
+            forward: server.forward,
+        });
+    }
+    Ok(())
+}
+
+impl SyncDaemon {
+    /// Checks the interface name and multicast group.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_name("interface", &self.interface)?;
+        if let Some(group) = self.group {
+            if !group.is_multicast() {
+                return Err(ValidationError::NotMulticast { group });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Scheduler, Tunnel};
+
+    fn vs(addr: &str) -> VirtualServer {
+        VirtualServer::new(ServiceKey::tcp(addr.parse().unwrap()))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(vs("10.0.0.1:80").validate(), Ok(()));
+        assert_eq!(vs("[2001:db8::1]:80").validate(), Ok(()));
+        let fw = VirtualServer::new(ServiceKey::fwmark(7, AddressFamily::Inet6));
+        assert_eq!(fw.validate(), Ok(()));
+        assert_eq!(fw.netmask, Netmask::V6(128));
+    }
+
+    #[test]
+    fn scheduler_and_pe_names() {
+        let ok = vs("10.0.0.1:80").with_scheduler(Scheduler::Other("a".repeat(15)));
+        assert_eq!(ok.validate(), Ok(()));
+        let long = vs("10.0.0.1:80").with_scheduler(Scheduler::Other("a".repeat(16)));
+        assert!(matches!(
+            long.validate(),
+            Err(ValidationError::NameTooLong {
+                field: "scheduler",
+                len: 16,
+                ..
+            })
+        ));
+        let pe = vs("10.0.0.1:80")
+            .with_persistence_engine(crate::model::PersistenceEngine("p".repeat(16)));
+        assert!(matches!(
+            pe.validate(),
+            Err(ValidationError::NameTooLong {
+                field: "persistence engine",
+                ..
+            })
+        ));
+        let nul = vs("10.0.0.1:80").with_scheduler(Scheduler::Other("r\0r".into()));
+        assert!(matches!(
+            nul.validate(),
+            Err(ValidationError::NameInvalid { .. })
+        ));
+    }
+
+    #[test]
+    fn netmasks() {
+        let bad = vs("10.0.0.1:80").with_netmask(Netmask::V4("255.0.255.0".parse().unwrap()));
+        assert!(matches!(
+            bad.validate(),
+            Err(ValidationError::NonContiguousNetmask { .. })
+        ));
+        let good = vs("10.0.0.1:80").with_netmask(Netmask::from_prefix(AddressFamily::Inet, 0));
+        assert_eq!(good.validate(), Ok(()));
+        for p in [0u8, 129, 255] {
+            let v6 = vs("[::1]:80").with_netmask(Netmask::V6(p));
+            assert_eq!(
+                v6.validate(),
+                Err(ValidationError::Ipv6PrefixOutOfRange { prefix: p })
+            );
+        }
+        let mixed = vs("[::1]:80").with_netmask(Netmask::full(AddressFamily::Inet));
+        assert!(matches!(
+            mixed.validate(),
+            Err(ValidationError::NetmaskFamilyMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn zero_port_and_mark() {
+        assert!(matches!(
+            vs("10.0.0.1:0").validate(),
+            Err(ValidationError::ZeroPort { .. })
+        ));
+        assert_eq!(vs("10.0.0.1:0").with_persistence(360).validate(), Ok(()));
+        let fw = VirtualServer::new(ServiceKey::fwmark(0, AddressFamily::Inet));
+        assert_eq!(fw.validate(), Err(ValidationError::ZeroFwMark));
+    }
+
+    #[test]
+    fn real_servers() {
+        let rs = RealServer::new("10.0.0.2:80".parse().unwrap());
+        assert_eq!(rs.with_weight(i32::MAX as u32).validate(), Ok(()));
+        assert!(matches!(
+            rs.with_weight(i32::MAX as u32 + 1).validate(),
+            Err(ValidationError::WeightOutOfRange { .. })
+        ));
+        assert!(matches!(
+            rs.with_thresholds(10, 20).validate(),
+            Err(ValidationError::ThresholdsInverted {
+                lower: 20,
+                upper: 10
+            })
+        ));
+        assert!(matches!(
+            rs.with_thresholds(0, 1).validate(),
+            Err(ValidationError::ThresholdsInverted { .. })
+        ));
+        assert_eq!(rs.with_thresholds(20, 10).validate(), Ok(()));
+        let gue0 = rs.with_forward(ForwardMethod::Tunnel(Tunnel::gue(0)));
+        assert_eq!(gue0.validate(), Err(ValidationError::GueWithoutPort));
+        assert_eq!(
+            rs.with_forward(ForwardMethod::Tunnel(Tunnel::gue(6080)))
+                .validate(),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn mixed_family_needs_tunnel() {
+        let key = ServiceKey::tcp("10.0.0.1:80".parse().unwrap());
+        let v6 = RealServer::new("[2001:db8::2]:80".parse().unwrap());
+        assert!(matches!(
+            validate_destination(&key, &v6),
+            Err(ValidationError::FamilyMismatch { .. })
+        ));
+        let tun = v6.with_forward(ForwardMethod::Tunnel(Tunnel::IPIP));
+        assert_eq!(validate_destination(&key, &tun), Ok(()));
+    }
+
+    #[test]
+    fn daemon() {
+        let mut d = SyncDaemon::new(crate::model::DaemonRole::Backup, "eth0");
+        assert_eq!(d.validate(), Ok(()));
+        d.group = Some("10.0.0.1".parse().unwrap());
+        assert!(matches!(
+            d.validate(),
+            Err(ValidationError::NotMulticast { .. })
+        ));
+        d.group = None;
+        d.interface = "x".repeat(16);
+        assert!(matches!(
+            d.validate(),
+            Err(ValidationError::NameTooLong {
+                field: "interface",
+                ..
+            })
+        ));
+    }
+}
