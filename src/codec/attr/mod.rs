@@ -1,0 +1,144 @@
+//! Attribute enums: the wire layer, lossless.
+//!
+//! Each enum mirrors one attribute space of `include/uapi/linux/ip_vs.h`.
+//! Parsing keeps every attribute, known or not (unknown ones as `Other`), and
+//! emitting writes them back byte for byte, so a kernel reply decoded and
+//! re-encoded gives the same bytes. Converting to and from the typed model
+//! happens in [`super::request`] and [`super::reply`], not here.
+//!
+//! Where a value is encoded is decided here and only here: this is the one
+//! place that knows that ports are big-endian and flags a `{flags, mask}` pair.
+
+mod daemon;
+mod dest;
+mod service;
+mod stats;
+mod top;
+
+pub use daemon::DaemonAttr;
+pub use dest::DestAttr;
+pub use service::ServiceAttr;
+pub use stats::{StatValue, StatsAttr};
+pub use top::IpvsAttr;
+
+use netlink_packet_core::{DecodeError, DefaultNla, NlaBuffer, NlasIterator, Parseable};
+
+/// An address attribute as carried on the wire: up to 16 bytes (the kernel
+/// sends the whole `union nf_inet_addr`, 16 bytes, even for IPv4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawAddr {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+impl RawAddr {
+    /// Wraps up to 16 bytes.
+    pub fn new(value: &[u8]) -> Result<Self, DecodeError> {
+        if value.len() > 16 {
+            return Err(DecodeError::from(format!(
+                "address attribute of {} bytes (at most 16)",
+                value.len()
+            )));
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..value.len()].copy_from_slice(value);
+        Ok(RawAddr {
+            bytes,
+            len: value.len() as u8,
+        })
+    }
+
+    /// The bytes as sent.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// Encodes an IP address the way ipvsadm and the kernel do: 16 bytes,
+    /// IPv4 in the first four.
+    pub fn from_ip(ip: std::net::IpAddr) -> Self {
+        let mut bytes = [0u8; 16];
+        match ip {
+            std::net::IpAddr::V4(v4) => bytes[..4].copy_from_slice(&v4.octets()),
+            std::net::IpAddr::V6(v6) => bytes = v6.octets(),
+        }
+        RawAddr { bytes, len: 16 }
+    }
+
+    /// Reads the address for a family: IPv4 needs at least 4 bytes, IPv6 16.
+    pub fn to_ip(
+        &self,
+        family: crate::model::AddressFamily,
+    ) -> Result<std::net::IpAddr, DecodeError> {
+        use crate::model::AddressFamily;
+        let b = self.as_bytes();
+        match family {
+            AddressFamily::Inet if b.len() >= 4 => {
+                Ok(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).into())
+            }
+            AddressFamily::Inet6 if b.len() == 16 => {
+                Ok(std::net::Ipv6Addr::from(self.bytes).into())
+            }
+            _ => Err(DecodeError::from(format!(
+                "{} address attribute of {} bytes",
+                family,
+                b.len()
+            ))),
+        }
+    }
+}
+
+/// Iterates the attributes in `buf`, parsing each with `T::parse`. A truncated
+/// or malformed attribute is an error, never a panic.
+pub(crate) fn parse_all<T>(buf: &[u8]) -> Result<Vec<T>, DecodeError>
+where
+    T: for<'a> Parseable<NlaBuffer<&'a [u8]>>,
+{
+    // Every attribute takes at least 4 bytes: this bounds the allocation by
+    // the input, whatever the length fields say.
+    let mut out = Vec::with_capacity(buf.len() / 8);
+    for nla in NlasIterator::new(buf) {
+        out.push(T::parse(&nla?)?);
+    }
+    Ok(out)
+}
+
+/// The attribute type without the `NESTED` and `NET_BYTEORDER` bits.
+pub(crate) fn kind(nla: &NlaBuffer<&[u8]>) -> u16 {
+    nla.kind() & super::consts::NLA_TYPE_MASK
+}
+
+/// An attribute this crate does not interpret, kept for re-emission.
+pub(crate) fn other(nla: &NlaBuffer<&[u8]>) -> Result<DefaultNla, DecodeError> {
+    DefaultNla::parse(nla)
+}
+
+/// Emits a list of attributes into `buf` (which is exactly their length).
+pub(crate) fn emit_all<T: netlink_packet_core::Nla>(attrs: &[T], buf: &mut [u8]) {
+    netlink_packet_core::Emitable::emit(&attrs, buf)
+}
+
+/// The total emitted length of a list of attributes.
+pub(crate) fn len_all<T: netlink_packet_core::Nla>(attrs: &[T]) -> usize {
+    netlink_packet_core::Emitable::buffer_len(&attrs)
+}
+
+/// Reads a NUL-terminated string (the NUL and anything after it dropped).
+/// Invalid UTF-8 is replaced rather than rejected: names are ASCII in every
+/// kernel, and one odd name must not make a whole dump unreadable.
+pub(crate) fn parse_cstr(value: &[u8]) -> String {
+    let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+    String::from_utf8_lossy(&value[..end]).into_owned()
+}
+
+/// Writes `s` followed by a NUL into `buf` (`s.len() + 1` bytes).
+pub(crate) fn emit_cstr(s: &str, buf: &mut [u8]) {
+    buf[..s.len()].copy_from_slice(s.as_bytes());
+    buf[s.len()] = 0;
+}
+
+/// Reads a fixed-size value, naming the attribute in the error.
+pub(crate) fn fixed<const N: usize>(what: &str, value: &[u8]) -> Result<[u8; N], DecodeError> {
+    value
+        .try_into()
+        .map_err(|_| DecodeError::from(format!("{what}: expected {N} bytes, got {}", value.len())))
+}

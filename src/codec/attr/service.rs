@@ -1,0 +1,122 @@
+//! Service attributes (`IPVS_SVC_ATTR_*`).
+
+use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+
+use super::{
+    RawAddr, StatsAttr, emit_all, emit_cstr, fixed, kind, len_all, other, parse_all, parse_cstr,
+};
+use crate::codec::consts::svc_attr as a;
+
+/// One attribute nested in `IPVS_CMD_ATTR_SERVICE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServiceAttr {
+    /// Address family, u16 host order.
+    Af(u16),
+    /// IP protocol, u16 host order.
+    Protocol(u16),
+    /// Virtual address.
+    Addr(RawAddr),
+    /// Port (host value; big-endian on the wire).
+    Port(u16),
+    /// Firewall mark, u32 host order.
+    Fwmark(u32),
+    /// Scheduler name.
+    SchedName(String),
+    /// Flags and the mask of flags to change (`struct ip_vs_flags`).
+    Flags {
+        /// Flag values.
+        flags: u32,
+        /// Which flags the request sets.
+        mask: u32,
+    },
+    /// Persistence timeout, seconds.
+    Timeout(u32),
+    /// Netmask, the four bytes as on the wire (see [`crate::model::Netmask`]).
+    Netmask([u8; 4]),
+    /// 32-bit statistics (output).
+    Stats(Vec<StatsAttr>),
+    /// Persistence-engine name.
+    PeName(String),
+    /// 64-bit statistics (output, 4.1+).
+    Stats64(Vec<StatsAttr>),
+    /// An attribute this crate does not know.
+    Other(DefaultNla),
+}
+
+impl Nla for ServiceAttr {
+    fn value_len(&self) -> usize {
+        match self {
+            Self::Af(_) | Self::Protocol(_) | Self::Port(_) => 2,
+            Self::Fwmark(_) | Self::Timeout(_) | Self::Netmask(_) => 4,
+            Self::Addr(addr) => addr.as_bytes().len(),
+            Self::SchedName(s) | Self::PeName(s) => s.len() + 1,
+            Self::Flags { .. } => 8,
+            Self::Stats(v) | Self::Stats64(v) => len_all(v),
+            Self::Other(nla) => nla.value_len(),
+        }
+    }
+
+    fn kind(&self) -> u16 {
+        match self {
+            Self::Af(_) => a::AF,
+            Self::Protocol(_) => a::PROTOCOL,
+            Self::Addr(_) => a::ADDR,
+            Self::Port(_) => a::PORT,
+            Self::Fwmark(_) => a::FWMARK,
+            Self::SchedName(_) => a::SCHED_NAME,
+            Self::Flags { .. } => a::FLAGS,
+            Self::Timeout(_) => a::TIMEOUT,
+            Self::Netmask(_) => a::NETMASK,
+            Self::Stats(_) => a::STATS,
+            Self::PeName(_) => a::PE_NAME,
+            Self::Stats64(_) => a::STATS64,
+            Self::Other(nla) => nla.kind(),
+        }
+    }
+
+    fn emit_value(&self, buf: &mut [u8]) {
+        match self {
+            Self::Af(v) | Self::Protocol(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+            Self::Port(v) => buf.copy_from_slice(&v.to_be_bytes()),
+            Self::Fwmark(v) | Self::Timeout(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+            Self::Netmask(raw) => buf.copy_from_slice(raw),
+            Self::Addr(addr) => buf.copy_from_slice(addr.as_bytes()),
+            Self::SchedName(s) | Self::PeName(s) => emit_cstr(s, buf),
+            Self::Flags { flags, mask } => {
+                buf[..4].copy_from_slice(&flags.to_ne_bytes());
+                buf[4..].copy_from_slice(&mask.to_ne_bytes());
+            }
+            Self::Stats(v) | Self::Stats64(v) => emit_all(v, buf),
+            Self::Other(nla) => nla.emit_value(buf),
+        }
+    }
+}
+
+impl<'a> Parseable<NlaBuffer<&'a [u8]>> for ServiceAttr {
+    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        let v = nla.value();
+        Ok(match kind(nla) {
+            a::AF => Self::Af(u16::from_ne_bytes(fixed("service AF", v)?)),
+            a::PROTOCOL => Self::Protocol(u16::from_ne_bytes(fixed("service PROTOCOL", v)?)),
+            a::ADDR => Self::Addr(RawAddr::new(v)?),
+            a::PORT => Self::Port(u16::from_be_bytes(fixed("service PORT", v)?)),
+            a::FWMARK => Self::Fwmark(u32::from_ne_bytes(fixed("service FWMARK", v)?)),
+            a::SCHED_NAME => Self::SchedName(parse_cstr(v)),
+            a::FLAGS => {
+                let raw: [u8; 8] = fixed("service FLAGS", v)?;
+                let (f, m) = raw.split_at(4);
+                Self::Flags {
+                    flags: u32::from_ne_bytes(fixed("flags", f)?),
+                    mask: u32::from_ne_bytes(fixed("mask", m)?),
+                }
+            }
+            a::TIMEOUT => Self::Timeout(u32::from_ne_bytes(fixed("service TIMEOUT", v)?)),
+            a::NETMASK => Self::Netmask(fixed("service NETMASK", v)?),
+            a::STATS => Self::Stats(parse_all(v)?),
+            a::PE_NAME => Self::PeName(parse_cstr(v)),
+            a::STATS64 => Self::Stats64(parse_all(v)?),
+            _ => Self::Other(other(nla)?),
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! Statistics attributes (`IPVS_STATS_ATTR_*`), shared by `STATS` and
+//! `STATS64` nests.
+
+use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+
+use super::{kind, other};
+use crate::codec::consts::stats_attr as a;
+
+/// A counter as sent: `STATS` carries most counters as u32 and bytes as u64;
+/// `STATS64` carries everything as u64. The width is kept so that a reply
+/// re-encodes byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatValue {
+    /// A 4-byte counter.
+    U32(u32),
+    /// An 8-byte counter.
+    U64(u64),
+}
+
+impl StatValue {
+    /// The value, widened.
+    pub fn get(self) -> u64 {
+        match self {
+            StatValue::U32(v) => u64::from(v),
+            StatValue::U64(v) => v,
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            StatValue::U32(_) => 4,
+            StatValue::U64(_) => 8,
+        }
+    }
+
+    fn emit(self, buf: &mut [u8]) {
+        match self {
+            StatValue::U32(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+            StatValue::U64(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+        }
+    }
+
+    fn parse(v: &[u8]) -> Result<Self, DecodeError> {
+        match v.len() {
+            4 => Ok(StatValue::U32(u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))),
+            8 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(v);
+                Ok(StatValue::U64(u64::from_ne_bytes(b)))
+            }
+            n => Err(DecodeError::from(format!(
+                "statistics counter of {n} bytes"
+            ))),
+        }
+    }
+}
+
+/// One attribute nested in `STATS` or `STATS64`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatsAttr {
+    /// Connections.
+    Conns(StatValue),
+    /// Incoming packets.
+    InPkts(StatValue),
+    /// Outgoing packets.
+    OutPkts(StatValue),
+    /// Incoming bytes.
+    InBytes(StatValue),
+    /// Outgoing bytes.
+    OutBytes(StatValue),
+    /// Connections per second.
+    Cps(StatValue),
+    /// Incoming packets per second.
+    InPps(StatValue),
+    /// Outgoing packets per second.
+    OutPps(StatValue),
+    /// Incoming bytes per second.
+    InBps(StatValue),
+    /// Outgoing bytes per second.
+    OutBps(StatValue),
+    /// Alignment padding before a 64-bit value (skipped on decode).
+    Pad(Vec<u8>),
+    /// An attribute this crate does not know.
+    Other(DefaultNla),
+}
+
+impl StatsAttr {
+    fn value(&self) -> Option<StatValue> {
+        match self {
+            Self::Conns(v)
+            | Self::InPkts(v)
+            | Self::OutPkts(v)
+            | Self::InBytes(v)
+            | Self::OutBytes(v)
+            | Self::Cps(v)
+            | Self::InPps(v)
+            | Self::OutPps(v)
+            | Self::InBps(v)
+            | Self::OutBps(v) => Some(*v),
+            Self::Pad(_) | Self::Other(_) => None,
+        }
+    }
+}
+
+impl Nla for StatsAttr {
+    fn value_len(&self) -> usize {
+        match self {
+            Self::Pad(p) => p.len(),
+            Self::Other(nla) => nla.value_len(),
+            known => known.value().map_or(0, StatValue::len),
+        }
+    }
+
+    fn kind(&self) -> u16 {
+        match self {
+            Self::Conns(_) => a::CONNS,
+            Self::InPkts(_) => a::INPKTS,
+            Self::OutPkts(_) => a::OUTPKTS,
+            Self::InBytes(_) => a::INBYTES,
+            Self::OutBytes(_) => a::OUTBYTES,
+            Self::Cps(_) => a::CPS,
+            Self::InPps(_) => a::INPPS,
+            Self::OutPps(_) => a::OUTPPS,
+            Self::InBps(_) => a::INBPS,
+            Self::OutBps(_) => a::OUTBPS,
+            Self::Pad(_) => a::PAD,
+            Self::Other(nla) => nla.kind(),
+        }
+    }
+
+    fn emit_value(&self, buf: &mut [u8]) {
+        match self {
+            Self::Pad(p) => buf.copy_from_slice(p),
+            Self::Other(nla) => nla.emit_value(buf),
+            known => {
+                if let Some(v) = known.value() {
+                    v.emit(buf)
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Parseable<NlaBuffer<&'a [u8]>> for StatsAttr {
+    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        let v = nla.value();
+        Ok(match kind(nla) {
+            a::CONNS => Self::Conns(StatValue::parse(v)?),
+            a::INPKTS => Self::InPkts(StatValue::parse(v)?),
+            a::OUTPKTS => Self::OutPkts(StatValue::parse(v)?),
+            a::INBYTES => Self::InBytes(StatValue::parse(v)?),
+            a::OUTBYTES => Self::OutBytes(StatValue::parse(v)?),
+            a::CPS => Self::Cps(StatValue::parse(v)?),
+            a::INPPS => Self::InPps(StatValue::parse(v)?),
+            a::OUTPPS => Self::OutPps(StatValue::parse(v)?),
+            a::INBPS => Self::InBps(StatValue::parse(v)?),
+            a::OUTBPS => Self::OutBps(StatValue::parse(v)?),
+            a::PAD => Self::Pad(v.to_vec()),
+            _ => Self::Other(other(nla)?),
+        })
+    }
+}

@@ -1,0 +1,359 @@
+//! Netlink framing, pure: writing requests into a send buffer and splitting a
+//! received datagram into messages (data, ACK, error with extended ACK, done).
+//!
+//! The socket layer only moves the bytes; everything about their layout is
+//! here.
+
+use netlink_packet_core::DecodeError;
+
+use super::message::{IpvsCmd, IpvsMessage};
+
+/// `struct nlmsghdr` length.
+pub const NLMSG_HDRLEN: usize = 16;
+/// `struct genlmsghdr` length.
+pub const GENL_HDRLEN: usize = 4;
+
+/// `NLMSG_NOOP`.
+pub const NLMSG_NOOP: u16 = 1;
+/// `NLMSG_ERROR` (also carries ACKs).
+pub const NLMSG_ERROR: u16 = 2;
+/// `NLMSG_DONE`.
+pub const NLMSG_DONE: u16 = 3;
+/// `NLMSG_OVERRUN`.
+pub const NLMSG_OVERRUN: u16 = 4;
+/// The lowest message type a generic-netlink family can have. A request with
+/// a type below it is a control message that the kernel ACKs without doing
+/// anything, so a request must never be built with an unresolved family id.
+pub const NLMSG_MIN_TYPE: u16 = 0x10;
+
+/// Request flag `NLM_F_REQUEST`.
+pub const NLM_F_REQUEST: u16 = 0x1;
+/// `NLM_F_MULTI`: part of a multi-part reply.
+pub const NLM_F_MULTI: u16 = 0x2;
+/// Request flag `NLM_F_ACK`.
+pub const NLM_F_ACK: u16 = 0x4;
+/// Request flag `NLM_F_DUMP`.
+pub const NLM_F_DUMP: u16 = 0x300;
+/// Error-message flag: the original request was not copied back in full.
+pub const NLM_F_CAPPED: u16 = 0x100;
+/// Error-message flag: extended-ACK attributes follow.
+pub const NLM_F_ACK_TLVS: u16 = 0x200;
+
+/// `NLMSGERR_ATTR_MSG`: a human-readable reason.
+const NLMSGERR_ATTR_MSG: u16 = 1;
+/// `NLMSGERR_ATTR_OFFS`: offset of the offending attribute in the request.
+const NLMSGERR_ATTR_OFFS: u16 = 2;
+/// `NLMSGERR_ATTR_MISS_TYPE`: type of a missing required attribute.
+const NLMSGERR_ATTR_MISS_TYPE: u16 = 5;
+
+const fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+/// Appends one request to `out`: netlink header, generic-netlink header,
+/// attributes. Returns the number of bytes written.
+///
+/// Fails (writing nothing) if `family_id` is not a valid generic-netlink
+/// family id: a request with an unresolved id (0) would be ACKed by the kernel
+/// without effect.
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    msg: &IpvsMessage,
+    family_id: u16,
+    seq: u32,
+    flags: u16,
+) -> Result<usize, EncodeError> {
+    if family_id < NLMSG_MIN_TYPE {
+        return Err(EncodeError::UnresolvedFamily(family_id));
+    }
+    let body = netlink_packet_core::Emitable::buffer_len(msg);
+    let total = NLMSG_HDRLEN + GENL_HDRLEN + body;
+    let len = u32::try_from(total).map_err(|_| EncodeError::TooLarge(total))?;
+    let start = out.len();
+    out.reserve(align4(total));
+    out.extend_from_slice(&len.to_ne_bytes());
+    out.extend_from_slice(&family_id.to_ne_bytes());
+    out.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&[msg.cmd.to_raw(), msg.version, 0, 0]);
+    out.resize(start + total, 0);
+    netlink_packet_core::Emitable::emit(msg, &mut out[start + NLMSG_HDRLEN + GENL_HDRLEN..]);
+    out.resize(start + align4(total), 0);
+    Ok(out.len() - start)
+}
+
+/// Why a request could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The family id was never resolved.
+    #[error("generic-netlink family id {0} is not resolved (a request with it would do nothing)")]
+    UnresolvedFamily(u16),
+    /// The message does not fit a netlink length field.
+    #[error("message of {0} bytes is too large for netlink")]
+    TooLarge(usize),
+}
+
+/// The fixed header of a received netlink message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Total length including the header.
+    pub len: u32,
+    /// Message type (a family id, or `NLMSG_*`).
+    pub kind: u16,
+    /// Flags.
+    pub flags: u16,
+    /// Sequence number.
+    pub seq: u32,
+    /// Port id of the sender (0 for the kernel).
+    pub port: u32,
+}
+
+/// An `NLMSG_ERROR` message: an ACK (`code == 0`) or an error with the
+/// kernel's extended-ACK details.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NlError {
+    /// Negative errno, or 0 for an ACK.
+    pub code: i32,
+    /// The kernel's message (`NLMSGERR_ATTR_MSG`), if any.
+    pub message: Option<String>,
+    /// Offset of the offending attribute in the request, if given.
+    pub bad_attr_offset: Option<u32>,
+    /// Type of a missing attribute, if given.
+    pub missing_attr: Option<u32>,
+    /// Sequence number of the request this answers (from the echoed header).
+    pub request_seq: u32,
+}
+
+impl NlError {
+    /// Whether this is a plain ACK.
+    pub fn is_ack(&self) -> bool {
+        self.code == 0
+    }
+
+    /// The positive errno (0 for an ACK).
+    pub fn errno(&self) -> i32 {
+        self.code.checked_neg().unwrap_or(i32::MAX)
+    }
+}
+
+/// The body of a received netlink message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameBody<'a> {
+    /// `NLMSG_NOOP`.
+    Noop,
+    /// `NLMSG_DONE`: end of a dump. Carries the dump's error code (0 on
+    /// success; the kernel puts a negative errno here when a dump fails).
+    Done(i32),
+    /// `NLMSG_OVERRUN`.
+    Overrun,
+    /// `NLMSG_ERROR`: an ACK or an error.
+    Error(NlError),
+    /// A family message: the generic-netlink header and attributes.
+    Data(&'a [u8]),
+}
+
+/// One received netlink message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The netlink header.
+    pub header: FrameHeader,
+    /// Its body.
+    pub body: FrameBody<'a>,
+}
+
+/// Splits a datagram into netlink messages. Stops at the first malformed
+/// message with an error (nothing after it can be trusted).
+pub fn frames(buf: &[u8]) -> Frames<'_> {
+    Frames { buf, failed: false }
+}
+
+/// Iterator returned by [`frames`].
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    buf: &'a [u8],
+    failed: bool,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.buf.is_empty() {
+            return None;
+        }
+        match parse_frame(self.buf) {
+            Ok((frame, used)) => {
+                self.buf = self.buf.get(used..).unwrap_or(&[]);
+                Some(Ok(frame))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn parse_header(buf: &[u8]) -> Result<FrameHeader, DecodeError> {
+    if buf.len() < NLMSG_HDRLEN {
+        return Err(DecodeError::from(format!(
+            "netlink header truncated: {} bytes",
+            buf.len()
+        )));
+    }
+    Ok(FrameHeader {
+        len: u32_at(buf, 0),
+        kind: u16_at(buf, 4),
+        flags: u16_at(buf, 6),
+        seq: u32_at(buf, 8),
+        port: u32_at(buf, 12),
+    })
+}
+
+fn parse_frame(buf: &[u8]) -> Result<(Frame<'_>, usize), DecodeError> {
+    let header = parse_header(buf)?;
+    let len = header.len as usize;
+    if len < NLMSG_HDRLEN || len > buf.len() {
+        return Err(DecodeError::from(format!(
+            "netlink message length {len} does not fit the {} bytes received",
+            buf.len()
+        )));
+    }
+    let payload = &buf[NLMSG_HDRLEN..len];
+    let body = match header.kind {
+        NLMSG_NOOP => FrameBody::Noop,
+        NLMSG_OVERRUN => FrameBody::Overrun,
+        NLMSG_DONE => FrameBody::Done(match payload.len() {
+            n if n >= 4 => u32_at(payload, 0) as i32,
+            _ => 0,
+        }),
+        NLMSG_ERROR => FrameBody::Error(parse_error(header.flags, payload)?),
+        _ => FrameBody::Data(payload),
+    };
+    Ok((Frame { header, body }, align4(len).min(buf.len())))
+}
+
+/// Parses an `NLMSG_ERROR` payload: the error code, the echoed request header
+/// (capped or whole), then extended-ACK attributes if flagged.
+fn parse_error(flags: u16, payload: &[u8]) -> Result<NlError, DecodeError> {
+    if payload.len() < 4 + NLMSG_HDRLEN {
+        return Err(DecodeError::from(format!(
+            "netlink error message truncated: {} bytes",
+            payload.len()
+        )));
+    }
+    let mut err = NlError {
+        code: u32_at(payload, 0) as i32,
+        request_seq: u32_at(payload, 4 + 8),
+        ..NlError::default()
+    };
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return Ok(err);
+    }
+    let echoed = if flags & NLM_F_CAPPED != 0 {
+        NLMSG_HDRLEN
+    } else {
+        align4(u32_at(payload, 4) as usize)
+    };
+    let tlvs = payload.get(4 + echoed..).unwrap_or(&[]);
+    for nla in netlink_packet_core::NlasIterator::new(tlvs) {
+        let nla = nla?;
+        let value = nla.value();
+        match nla.kind() & super::consts::NLA_TYPE_MASK {
+            NLMSGERR_ATTR_MSG => err.message = Some(super::attr::parse_cstr(value)),
+            NLMSGERR_ATTR_OFFS if value.len() == 4 => err.bad_attr_offset = Some(u32_at(value, 0)),
+            NLMSGERR_ATTR_MISS_TYPE if value.len() == 4 => {
+                err.missing_attr = Some(u32_at(value, 0))
+            }
+            _ => {}
+        }
+    }
+    Ok(err)
+}
+
+/// Parses a family message body (generic-netlink header + attributes).
+pub fn decode_message(data: &[u8]) -> Result<IpvsMessage, DecodeError> {
+    if data.len() < GENL_HDRLEN {
+        return Err(DecodeError::from(format!(
+            "generic-netlink header truncated: {} bytes",
+            data.len()
+        )));
+    }
+    IpvsMessage::parse_attrs(IpvsCmd::from_raw(data[0]), data[1], &data[GENL_HDRLEN..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_unresolved_family() {
+        let mut out = Vec::new();
+        let msg = IpvsMessage::new(IpvsCmd::Flush, vec![]);
+        assert_eq!(
+            encode_request(&mut out, &msg, 0, 1, NLM_F_ACK),
+            Err(EncodeError::UnresolvedFamily(0))
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn encodes_header() {
+        let mut out = Vec::new();
+        let msg = IpvsMessage::new(IpvsCmd::Flush, vec![]);
+        let n = encode_request(&mut out, &msg, 0x24, 7, NLM_F_ACK).unwrap();
+        assert_eq!(n, 20);
+        assert_eq!(
+            out,
+            [
+                20, 0, 0, 0, 0x24, 0, 5, 0, 7, 0, 0, 0, 0, 0, 0, 0, 17, 1, 0, 0
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_ack_and_capped_error_with_message() {
+        // NLMSG_ERROR, flags CAPPED|ACK_TLVS, code -EINVAL, echoed header, MSG "bad".
+        let mut b = Vec::new();
+        let total = 16 + 4 + 16 + 8;
+        b.extend_from_slice(&(total as u32).to_ne_bytes());
+        b.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        b.extend_from_slice(&(NLM_F_CAPPED | NLM_F_ACK_TLVS).to_ne_bytes());
+        b.extend_from_slice(&9u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&(-22i32).to_ne_bytes());
+        let mut echoed = [0u8; 16];
+        echoed[8..12].copy_from_slice(&9u32.to_ne_bytes());
+        b.extend_from_slice(&echoed);
+        b.extend_from_slice(&[8, 0, 1, 0, b'b', b'a', b'd', 0]);
+        let f: Vec<_> = frames(&b).collect::<Result<_, _>>().unwrap();
+        let FrameBody::Error(e) = &f[0].body else {
+            panic!("not an error")
+        };
+        assert_eq!(e.errno(), 22);
+        assert_eq!(e.message.as_deref(), Some("bad"));
+        assert_eq!(e.request_seq, 9);
+    }
+
+    #[test]
+    fn truncated_input_is_an_error() {
+        for n in 0..20 {
+            let b = vec![0xffu8; n];
+            for f in frames(&b) {
+                let _ = f;
+            }
+        }
+        let mut b = vec![0u8; 16];
+        b[0] = 200;
+        assert!(frames(&b).next().unwrap().is_err());
+    }
+}

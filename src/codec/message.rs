@@ -1,0 +1,171 @@
+//! An IPVS generic-netlink message: a command and its top-level attributes.
+
+use netlink_packet_core::{DecodeError, Emitable, NlasIterator, ParseableParametrized};
+use netlink_packet_generic::{GenlFamily, GenlHeader};
+
+use super::attr::{IpvsAttr, emit_all, len_all};
+use super::consts::{FAMILY_NAME, FAMILY_VERSION};
+
+/// IPVS commands (`IPVS_CMD_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpvsCmd {
+    /// Add a service.
+    NewService,
+    /// Edit a service.
+    SetService,
+    /// Delete a service.
+    DelService,
+    /// Get one service, or dump all.
+    GetService,
+    /// Add a destination.
+    NewDest,
+    /// Edit a destination.
+    SetDest,
+    /// Delete a destination.
+    DelDest,
+    /// Dump a service's destinations.
+    GetDest,
+    /// Start a sync daemon.
+    NewDaemon,
+    /// Stop a sync daemon.
+    DelDaemon,
+    /// Dump sync daemons.
+    GetDaemon,
+    /// Set timeouts (also the reply to `GetConfig`).
+    SetConfig,
+    /// Get timeouts.
+    GetConfig,
+    /// Reply to `GetInfo`.
+    SetInfo,
+    /// Get version and connection-table size.
+    GetInfo,
+    /// Zero counters.
+    Zero,
+    /// Delete every service.
+    Flush,
+    /// A command number this crate does not know.
+    Other(u8),
+}
+
+impl IpvsCmd {
+    /// The command number.
+    pub fn to_raw(self) -> u8 {
+        match self {
+            Self::NewService => 1,
+            Self::SetService => 2,
+            Self::DelService => 3,
+            Self::GetService => 4,
+            Self::NewDest => 5,
+            Self::SetDest => 6,
+            Self::DelDest => 7,
+            Self::GetDest => 8,
+            Self::NewDaemon => 9,
+            Self::DelDaemon => 10,
+            Self::GetDaemon => 11,
+            Self::SetConfig => 12,
+            Self::GetConfig => 13,
+            Self::SetInfo => 14,
+            Self::GetInfo => 15,
+            Self::Zero => 16,
+            Self::Flush => 17,
+            Self::Other(n) => n,
+        }
+    }
+
+    /// The command for a number.
+    pub fn from_raw(raw: u8) -> Self {
+        match raw {
+            1 => Self::NewService,
+            2 => Self::SetService,
+            3 => Self::DelService,
+            4 => Self::GetService,
+            5 => Self::NewDest,
+            6 => Self::SetDest,
+            7 => Self::DelDest,
+            8 => Self::GetDest,
+            9 => Self::NewDaemon,
+            10 => Self::DelDaemon,
+            11 => Self::GetDaemon,
+            12 => Self::SetConfig,
+            13 => Self::GetConfig,
+            14 => Self::SetInfo,
+            15 => Self::GetInfo,
+            16 => Self::Zero,
+            17 => Self::Flush,
+            n => Self::Other(n),
+        }
+    }
+
+    /// Whether the top-level attributes of this command are info attributes.
+    fn carries_info(self) -> bool {
+        matches!(self, Self::SetInfo | Self::GetInfo)
+    }
+}
+
+/// A whole IPVS message (the generic-netlink payload): command, version and
+/// attributes. This is the lossless wire form; [`super::request`] builds
+/// these from the model and [`super::reply`] turns them into the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsMessage {
+    /// The command.
+    pub cmd: IpvsCmd,
+    /// The family version in the header (1 on every kernel).
+    pub version: u8,
+    /// Top-level attributes.
+    pub attrs: Vec<IpvsAttr>,
+}
+
+impl IpvsMessage {
+    /// A message of version [`FAMILY_VERSION`].
+    pub fn new(cmd: IpvsCmd, attrs: Vec<IpvsAttr>) -> Self {
+        IpvsMessage {
+            cmd,
+            version: FAMILY_VERSION,
+            attrs,
+        }
+    }
+
+    /// Parses the attributes that follow a generic-netlink header.
+    pub fn parse_attrs(cmd: IpvsCmd, version: u8, buf: &[u8]) -> Result<Self, DecodeError> {
+        let info = cmd.carries_info();
+        let mut attrs = Vec::with_capacity(2);
+        for nla in NlasIterator::new(buf) {
+            attrs.push(IpvsAttr::parse(&nla?, info)?);
+        }
+        Ok(IpvsMessage {
+            cmd,
+            version,
+            attrs,
+        })
+    }
+}
+
+impl GenlFamily for IpvsMessage {
+    fn family_name() -> &'static str {
+        FAMILY_NAME
+    }
+
+    fn command(&self) -> u8 {
+        self.cmd.to_raw()
+    }
+
+    fn version(&self) -> u8 {
+        self.version
+    }
+}
+
+impl Emitable for IpvsMessage {
+    fn buffer_len(&self) -> usize {
+        len_all(&self.attrs)
+    }
+
+    fn emit(&self, buffer: &mut [u8]) {
+        emit_all(&self.attrs, buffer)
+    }
+}
+
+impl ParseableParametrized<[u8], GenlHeader> for IpvsMessage {
+    fn parse_with_param(buf: &[u8], header: GenlHeader) -> Result<Self, DecodeError> {
+        Self::parse_attrs(IpvsCmd::from_raw(header.cmd), header.version, buf)
+    }
+}

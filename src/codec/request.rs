@@ -1,0 +1,248 @@
+//! Request builders: model values to [`IpvsMessage`]s. Every builder that
+//! carries user configuration validates it first, so nothing invalid is ever
+//! encoded.
+
+use std::net::SocketAddr;
+
+use super::attr::{DaemonAttr, DestAttr, IpvsAttr, RawAddr, ServiceAttr};
+use super::message::{IpvsCmd, IpvsMessage};
+use crate::model::{
+    DaemonRole, ForwardMethod, RealServer, ServiceFlags, ServiceKey, SyncDaemon, Timeouts,
+    ValidationError, VirtualServer, validate_destination,
+};
+
+/// The attributes that identify a service: AF, then FWMARK or PROTOCOL + ADDR +
+/// PORT (the order the kernel itself uses in replies).
+fn key_attrs(key: &ServiceKey) -> Vec<ServiceAttr> {
+    let mut attrs = Vec::with_capacity(9);
+    attrs.push(ServiceAttr::Af(key.family().to_raw()));
+    match key {
+        ServiceKey::FwMark { mark, .. } => attrs.push(ServiceAttr::Fwmark(*mark)),
+        ServiceKey::Addr { protocol, addr } => {
+            attrs.push(ServiceAttr::Protocol(protocol.to_raw()));
+            attrs.push(ServiceAttr::Addr(RawAddr::from_ip(addr.ip())));
+            attrs.push(ServiceAttr::Port(addr.port()));
+        }
+    }
+    attrs
+}
+
+/// A service with its full configuration (for NEW and SET).
+fn service_attrs(vs: &VirtualServer) -> Result<Vec<ServiceAttr>, ValidationError> {
+    vs.validate()?;
+    let mut attrs = key_attrs(&vs.key);
+    attrs.push(ServiceAttr::SchedName(vs.scheduler.name().to_owned()));
+    if let Some(pe) = &vs.persistence_engine {
+        attrs.push(ServiceAttr::PeName(pe.name().to_owned()));
+    }
+    // The mask covers every bit but the kernel-internal HASHED one, so an
+    // update sets exactly the flags asked for, including clearing bits a newer
+    // kernel defines that this value does not carry.
+    attrs.push(ServiceAttr::Flags {
+        flags: vs.flags.bits() & !ServiceFlags::KERNEL_HASHED,
+        mask: !ServiceFlags::KERNEL_HASHED,
+    });
+    attrs.push(ServiceAttr::Timeout(vs.timeout));
+    attrs.push(ServiceAttr::Netmask(vs.netmask.to_wire()));
+    Ok(attrs)
+}
+
+/// A destination's identity: ADDR and PORT.
+fn dest_key_attrs(addr: SocketAddr) -> Vec<DestAttr> {
+    let mut attrs = Vec::with_capacity(10);
+    attrs.push(DestAttr::Addr(RawAddr::from_ip(addr.ip())));
+    attrs.push(DestAttr::Port(addr.port()));
+    attrs
+}
+
+/// A destination with its full configuration (for NEW and SET).
+fn dest_attrs(key: &ServiceKey, rs: &RealServer) -> Result<Vec<DestAttr>, ValidationError> {
+    validate_destination(key, rs)?;
+    let mut attrs = dest_key_attrs(rs.addr);
+    attrs.push(DestAttr::FwdMethod(rs.forward.raw()));
+    attrs.push(DestAttr::Weight(rs.weight));
+    attrs.push(DestAttr::UThresh(rs.upper_threshold));
+    attrs.push(DestAttr::LThresh(rs.lower_threshold));
+    attrs.push(DestAttr::AddrFamily(rs.family().to_raw()));
+    if let ForwardMethod::Tunnel(t) = rs.forward {
+        attrs.push(DestAttr::TunType(t.encap.raw_type()));
+        attrs.push(DestAttr::TunPort(t.encap.port()));
+        attrs.push(DestAttr::TunFlags(t.flags.bits()));
+    }
+    Ok(attrs)
+}
+
+/// `NEW_SERVICE`: add a virtual server.
+///
+/// ```
+/// use ipvsctl::codec::request;
+/// use ipvsctl::model::{ServiceKey, VirtualServer};
+/// let vs = VirtualServer::new(ServiceKey::tcp("10.0.0.1:80".parse().unwrap()));
+/// let msg = request::new_service(&vs).unwrap();
+/// assert_eq!(msg.cmd, ipvsctl::codec::IpvsCmd::NewService);
+/// ```
+pub fn new_service(vs: &VirtualServer) -> Result<IpvsMessage, ValidationError> {
+    Ok(IpvsMessage::new(
+        IpvsCmd::NewService,
+        vec![IpvsAttr::Service(service_attrs(vs)?)],
+    ))
+}
+
+/// `SET_SERVICE`: change a virtual server's configuration (never its key).
+pub fn set_service(vs: &VirtualServer) -> Result<IpvsMessage, ValidationError> {
+    Ok(IpvsMessage::new(
+        IpvsCmd::SetService,
+        vec![IpvsAttr::Service(service_attrs(vs)?)],
+    ))
+}
+
+/// `DEL_SERVICE`: delete a virtual server and its real servers.
+pub fn del_service(key: &ServiceKey) -> Result<IpvsMessage, ValidationError> {
+    key.validate()?;
+    Ok(IpvsMessage::new(
+        IpvsCmd::DelService,
+        vec![IpvsAttr::Service(key_attrs(key))],
+    ))
+}
+
+/// `GET_SERVICE` for one service (send without `NLM_F_DUMP`).
+pub fn get_service(key: &ServiceKey) -> Result<IpvsMessage, ValidationError> {
+    key.validate()?;
+    Ok(IpvsMessage::new(
+        IpvsCmd::GetService,
+        vec![IpvsAttr::Service(key_attrs(key))],
+    ))
+}
+
+/// `GET_SERVICE` for every service (send with `NLM_F_DUMP`).
+pub fn dump_services() -> IpvsMessage {
+    IpvsMessage::new(IpvsCmd::GetService, vec![])
+}
+
+/// `NEW_DEST`: add a real server to a virtual server.
+pub fn new_dest(service: &ServiceKey, rs: &RealServer) -> Result<IpvsMessage, ValidationError> {
+    service.validate()?;
+    Ok(IpvsMessage::new(
+        IpvsCmd::NewDest,
+        vec![
+            IpvsAttr::Service(key_attrs(service)),
+            IpvsAttr::Dest(dest_attrs(service, rs)?),
+        ],
+    ))
+}
+
+/// `SET_DEST`: change a real server's configuration.
+pub fn set_dest(service: &ServiceKey, rs: &RealServer) -> Result<IpvsMessage, ValidationError> {
+    service.validate()?;
+    Ok(IpvsMessage::new(
+        IpvsCmd::SetDest,
+        vec![
+            IpvsAttr::Service(key_attrs(service)),
+            IpvsAttr::Dest(dest_attrs(service, rs)?),
+        ],
+    ))
+}
+
+/// `DEL_DEST`: remove a real server from a virtual server.
+pub fn del_dest(service: &ServiceKey, addr: SocketAddr) -> Result<IpvsMessage, ValidationError> {
+    service.validate()?;
+    let mut dest = dest_key_attrs(addr);
+    dest.push(DestAttr::AddrFamily(
+        crate::model::AddressFamily::of(&addr.ip()).to_raw(),
+    ));
+    Ok(IpvsMessage::new(
+        IpvsCmd::DelDest,
+        vec![IpvsAttr::Service(key_attrs(service)), IpvsAttr::Dest(dest)],
+    ))
+}
+
+/// `GET_DEST` dump of one virtual server's real servers (send with
+/// `NLM_F_DUMP`).
+pub fn dump_dests(service: &ServiceKey) -> Result<IpvsMessage, ValidationError> {
+    service.validate()?;
+    Ok(IpvsMessage::new(
+        IpvsCmd::GetDest,
+        vec![IpvsAttr::Service(key_attrs(service))],
+    ))
+}
+
+/// `NEW_DAEMON`: start a sync daemon.
+pub fn new_daemon(d: &SyncDaemon) -> Result<IpvsMessage, ValidationError> {
+    d.validate()?;
+    let mut attrs = vec![
+        DaemonAttr::State(d.role.raw()),
+        DaemonAttr::McastIfn(d.interface.clone()),
+        DaemonAttr::SyncId(d.sync_id),
+    ];
+    if let Some(len) = d.max_len {
+        attrs.push(DaemonAttr::SyncMaxLen(len));
+    }
+    match d.group {
+        Some(std::net::IpAddr::V4(g)) => attrs.push(DaemonAttr::McastGroup(g)),
+        Some(std::net::IpAddr::V6(g)) => attrs.push(DaemonAttr::McastGroup6(g)),
+        None => {}
+    }
+    if let Some(port) = d.port {
+        attrs.push(DaemonAttr::McastPort(port));
+    }
+    if let Some(ttl) = d.ttl {
+        attrs.push(DaemonAttr::McastTtl(ttl));
+    }
+    Ok(IpvsMessage::new(
+        IpvsCmd::NewDaemon,
+        vec![IpvsAttr::Daemon(attrs)],
+    ))
+}
+
+/// `DEL_DAEMON`: stop the daemon of a role.
+pub fn del_daemon(role: DaemonRole) -> IpvsMessage {
+    IpvsMessage::new(
+        IpvsCmd::DelDaemon,
+        vec![IpvsAttr::Daemon(vec![DaemonAttr::State(role.raw())])],
+    )
+}
+
+/// `GET_DAEMON` dump (send with `NLM_F_DUMP`).
+pub fn dump_daemons() -> IpvsMessage {
+    IpvsMessage::new(IpvsCmd::GetDaemon, vec![])
+}
+
+/// `SET_CONFIG`: set timeouts (0 keeps a value).
+pub fn set_config(t: &Timeouts) -> IpvsMessage {
+    IpvsMessage::new(
+        IpvsCmd::SetConfig,
+        vec![
+            IpvsAttr::TimeoutTcp(t.tcp),
+            IpvsAttr::TimeoutTcpFin(t.tcp_fin),
+            IpvsAttr::TimeoutUdp(t.udp),
+        ],
+    )
+}
+
+/// `GET_CONFIG`: read timeouts.
+pub fn get_config() -> IpvsMessage {
+    IpvsMessage::new(IpvsCmd::GetConfig, vec![])
+}
+
+/// `GET_INFO`: read version and connection-table size.
+pub fn get_info() -> IpvsMessage {
+    IpvsMessage::new(IpvsCmd::GetInfo, vec![])
+}
+
+/// `ZERO`: zero the counters of one service (and its real servers), or of
+/// everything in the namespace.
+pub fn zero(service: Option<&ServiceKey>) -> Result<IpvsMessage, ValidationError> {
+    let attrs = match service {
+        Some(key) => {
+            key.validate()?;
+            vec![IpvsAttr::Service(key_attrs(key))]
+        }
+        None => vec![],
+    };
+    Ok(IpvsMessage::new(IpvsCmd::Zero, attrs))
+}
+
+/// `FLUSH`: delete every service of the namespace.
+pub fn flush() -> IpvsMessage {
+    IpvsMessage::new(IpvsCmd::Flush, vec![])
+}
