@@ -3,3 +3,8 @@
 //! that [`crate::codec`] builds and parses.
 
 pub mod netns;
+mod exchange;
+mod socket;
+
+pub use exchange::{Exchange, Failure, Kind, Reply};
+pub use socket::GenlSocket;

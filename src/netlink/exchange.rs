@@ -1,0 +1,221 @@
+//! Pipelined request/reply exchanges over a [`GenlSocket`].
+//!
+//! Requests are written back to back into one datagram (a *chunk*), sent with
+//! one `send`, and their replies matched to them by sequence number. The
+//! kernel works through every message of a datagram in order, answering each,
+//! before `send` returns, so a chunk is sized to keep its ACKs within the
+//! receive buffer. A dump ends its chunk (a socket runs one dump at a time).
+//!
+//! Every request gets exactly one [`Reply`]: success, the kernel's error, a
+//! decode error, or [`Failure::Lost`] when the kernel dropped its answer
+//! (`ENOBUFS`), so nothing is silently lost.
+
+use std::collections::VecDeque;
+use std::io;
+
+use super::socket::GenlSocket;
+use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NlError};
+use crate::codec::{DecodeError, IpvsMessage};
+
+/// How a request is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A "do" request sent with `NLM_F_ACK`: zero or more data replies, then
+    /// an ACK or an error.
+    Ack,
+    /// A dump (`NLM_F_DUMP`): data replies, then `NLMSG_DONE` or an error.
+    Dump,
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The kernel answered with an error.
+    Kernel(NlError),
+    /// A reply could not be decoded.
+    Decode(DecodeError),
+    /// The kernel's answer was dropped (receive buffer overrun): whether the
+    /// request took effect is unknown.
+    Lost,
+}
+
+/// The answer to one request.
+#[derive(Debug)]
+pub struct Reply {
+    /// Data messages received for the request, in order.
+    pub data: Vec<IpvsMessage>,
+    /// Outcome.
+    pub result: Result<(), Failure>,
+}
+
+struct Pending<T> {
+    index: usize,
+    tag: T,
+    kind: Kind,
+    data: Vec<IpvsMessage>,
+    decode_error: Option<DecodeError>,
+    done: Option<Result<(), Failure>>,
+}
+
+/// Runs requests through a socket: chunking, sending, matching replies.
+pub struct Exchange<'a> {
+    sock: &'a mut GenlSocket,
+    family: u16,
+    seq: &'a mut u32,
+}
+
+/// `MSG_DONTWAIT`.
+const MSG_DONTWAIT: i32 = 0x40;
+/// `ENOBUFS`.
+const ENOBUFS: i32 = 105;
+
+impl<'a> Exchange<'a> {
+    /// An exchange on `sock` for the family `family`, numbering requests from
+    /// `*seq` on.
+    pub fn new(sock: &'a mut GenlSocket, family: u16, seq: &'a mut u32) -> Self {
+        Exchange { sock, family, seq }
+    }
+
+    /// Sends every request and calls `on_reply(index, tag, reply)` once for
+    /// each, in order. Requests are taken from the iterator as they are sent,
+    /// so a long run keeps only one chunk in memory; `tag` is the caller's
+    /// context for the request, handed back with its reply. Returns early only
+    /// on an I/O error of the socket itself; then the requests not yet
+    /// answered have not been reported.
+    pub fn run<I, T, F>(&mut self, requests: I, mut on_reply: F) -> io::Result<()>
+    where
+        I: IntoIterator<Item = (IpvsMessage, Kind, T)>,
+        F: FnMut(usize, T, Reply),
+    {
+        let max_batch = self.sock.max_batch();
+        let max_send = self.sock.max_send();
+        let mut iter = requests.into_iter().enumerate();
+        let mut carry: Option<(usize, (IpvsMessage, Kind, T))> = None;
+        let mut buf = Vec::with_capacity(64 << 10);
+        loop {
+            buf.clear();
+            let mut pending: VecDeque<Pending<T>> = VecDeque::new();
+            let first_seq = self.seq.wrapping_add(1);
+            while let Some((index, (msg, kind, tag))) = carry.take().or_else(|| iter.next()) {
+                let before = buf.len();
+                let seq = self.seq.wrapping_add(1);
+                let flags = match kind {
+                    Kind::Ack => NLM_F_ACK,
+                    Kind::Dump => NLM_F_DUMP,
+                };
+                frame::encode_request(&mut buf, &msg, self.family, seq, flags)
+                    .map_err(io::Error::other)?;
+                if buf.len() > max_send && !pending.is_empty() {
+                    // Does not fit this datagram: first of the next one.
+                    buf.truncate(before);
+                    carry = Some((index, (msg, kind, tag)));
+                    break;
+                }
+                *self.seq = seq;
+                pending.push_back(Pending {
+                    index,
+                    tag,
+                    kind,
+                    data: Vec::new(),
+                    decode_error: None,
+                    done: None,
+                });
+                if kind == Kind::Dump || pending.len() >= max_batch {
+                    break;
+                }
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.sock.send(&buf)?;
+            self.collect(first_seq, &mut pending)?;
+            for p in pending {
+                let result = match (p.done, p.decode_error) {
+                    (Some(Err(f)), _) => Err(f),
+                    (_, Some(e)) => Err(Failure::Decode(e)),
+                    (Some(Ok(())), None) => Ok(()),
+                    (None, None) => Err(Failure::Lost),
+                };
+                on_reply(
+                    p.index,
+                    p.tag,
+                    Reply {
+                        data: p.data,
+                        result,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Receives until every pending request of a chunk is answered.
+    fn collect<T>(&mut self, first_seq: u32, pending: &mut VecDeque<Pending<T>>) -> io::Result<()> {
+        let mut open = pending.len();
+        let mut overrun = false;
+        let port = self.sock.port();
+        while open > 0 {
+            let datagram = match self.recv(overrun) {
+                Ok(Some(d)) => d,
+                Ok(None) => break, // overrun and the queue is drained
+                Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
+                    // The kernel dropped answers. Everything it had to say for
+                    // "do" requests is already queued (it answers them before
+                    // send returns): drain without blocking, and whatever stays
+                    // unanswered is reported as lost.
+                    overrun = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for f in frame::frames(datagram) {
+                let f = f.map_err(io::Error::other)?;
+                if f.header.port != 0 && f.header.port != port {
+                    continue;
+                }
+                let slot = f.header.seq.wrapping_sub(first_seq) as usize;
+                let Some(p) = pending.get_mut(slot) else {
+                    continue; // a stale answer to an abandoned exchange
+                };
+                if p.done.is_some() {
+                    continue;
+                }
+                let finished = match (f.body, p.kind) {
+                    (FrameBody::Data(body), _) => {
+                        match frame::decode_message(body) {
+                            Ok(m) => p.data.push(m),
+                            Err(e) => {
+                                p.decode_error.get_or_insert(e);
+                            }
+                        }
+                        None
+                    }
+                    (FrameBody::Error(e), _) if e.is_ack() => Some(Ok(())),
+                    (FrameBody::Error(e), _) => Some(Err(Failure::Kernel(e))),
+                    (FrameBody::Done(0), Kind::Dump) => Some(Ok(())),
+                    (FrameBody::Done(code), Kind::Dump) => Some(Err(Failure::Kernel(NlError {
+                        code,
+                        request_seq: f.header.seq,
+                        ..NlError::default()
+                    }))),
+                    _ => None,
+                };
+                if let Some(r) = finished {
+                    p.done = Some(r);
+                    open -= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, nonblocking: bool) -> io::Result<Option<&[u8]>> {
+        if !nonblocking {
+            return self.sock.recv().map(Some);
+        }
+        match self.sock.recv_with_flags(MSG_DONTWAIT) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
