@@ -14,7 +14,11 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;
+mod handle;
 pub mod kmod;
 pub mod model;
 pub mod netlink;
 pub mod nodeips;
+
+pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
+pub use netlink::netns::NetNs;

@@ -208,15 +208,16 @@ pub fn dump_daemons() -> IpvsMessage {
 }
 
 /// `SET_CONFIG`: set timeouts (0 keeps a value).
-pub fn set_config(t: &Timeouts) -> IpvsMessage {
-    IpvsMessage::new(
+pub fn set_config(t: &Timeouts) -> Result<IpvsMessage, ValidationError> {
+    t.validate()?;
+    Ok(IpvsMessage::new(
         IpvsCmd::SetConfig,
         vec![
             IpvsAttr::TimeoutTcp(t.tcp),
             IpvsAttr::TimeoutTcpFin(t.tcp_fin),
             IpvsAttr::TimeoutUdp(t.udp),
         ],
-    )
+    ))
 }
 
 /// `GET_CONFIG`: read timeouts.

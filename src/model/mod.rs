@@ -37,7 +37,7 @@ pub use service::{Netmask, ServiceFlags, ServiceKey, VirtualServer};
 pub use status::{
     ConnCounts, DestinationSnapshot, Info, ServiceSnapshot, Stats, StatsSource, Timeouts, Version,
 };
-pub use validate::{ValidationError, validate_destination};
+pub use validate::{MAX_TIMEOUT, ValidationError, validate_destination};
 
 /// The longest name the kernel accepts for a scheduler, persistence engine or
 /// interface (`IP_VS_SCHEDNAME_MAXLEN` / `IP_VS_PENAME_MAXLEN` /

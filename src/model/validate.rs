@@ -3,7 +3,7 @@
 
 use super::{
     AddressFamily, ForwardMethod, MAX_NAME_LEN, Netmask, RealServer, ServiceFlags, ServiceKey,
-    SyncDaemon, TunnelEncap, VirtualServer,
+    SyncDaemon, Timeouts, TunnelEncap, VirtualServer,
 };
 
 /// Why a model value cannot be sent to the kernel.
@@ -93,12 +93,32 @@ pub enum ValidationError {
         /// The forwarding method given.
         forward: ForwardMethod,
     },
+    /// A timeout the kernel would overflow: it stores seconds × HZ in 32
+    /// bits, so anything above [`MAX_TIMEOUT`] could come back changed.
+    #[error("{field}: {value} s is above {max} s (the kernel stores seconds × HZ in 32 bits)", max = MAX_TIMEOUT)]
+    TimeoutTooLarge {
+        /// Which timeout.
+        field: &'static str,
+        /// The value given.
+        value: u32,
+    },
     /// A sync-daemon multicast group that is not a multicast address.
     #[error("multicast group: {group} is not a multicast address")]
     NotMulticast {
         /// The group given.
         group: std::net::IpAddr,
     },
+}
+
+/// The largest timeout, in seconds, that survives the kernel's `seconds × HZ`
+/// arithmetic for every `HZ` up to 1000 (`u32::MAX / 1000`, about 49 days).
+pub const MAX_TIMEOUT: u32 = u32::MAX / 1000;
+
+fn check_timeout(field: &'static str, value: u32) -> Result<(), ValidationError> {
+    if value > MAX_TIMEOUT {
+        return Err(ValidationError::TimeoutTooLarge { field, value });
+    }
+    Ok(())
 }
 
 fn check_name(field: &'static str, name: &str) -> Result<(), ValidationError> {
@@ -141,6 +161,7 @@ impl VirtualServer {
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.key.validate()?;
         check_name("scheduler", self.scheduler.name())?;
+        check_timeout("persistence timeout", self.timeout)?;
         if let Some(pe) = &self.persistence_engine {
             check_name("persistence engine", pe.name())?;
         }
@@ -218,6 +239,15 @@ pub fn validate_destination(
         });
     }
     Ok(())
+}
+
+impl Timeouts {
+    /// Checks that every timeout survives the kernel's arithmetic.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        check_timeout("tcp timeout", self.tcp)?;
+        check_timeout("tcpfin timeout", self.tcp_fin)?;
+        check_timeout("udp timeout", self.udp)
+    }
 }
 
 impl SyncDaemon {
@@ -300,6 +330,35 @@ mod tests {
         assert!(matches!(
             mixed.validate(),
             Err(ValidationError::NetmaskFamilyMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(
+            vs("10.0.0.1:80").with_persistence(MAX_TIMEOUT).validate(),
+            Ok(())
+        );
+        assert!(matches!(
+            vs("10.0.0.1:80")
+                .with_persistence(MAX_TIMEOUT + 1)
+                .validate(),
+            Err(ValidationError::TimeoutTooLarge {
+                field: "persistence timeout",
+                ..
+            })
+        ));
+        let t = Timeouts {
+            tcp: 900,
+            tcp_fin: 120,
+            udp: u32::MAX,
+        };
+        assert!(matches!(
+            t.validate(),
+            Err(ValidationError::TimeoutTooLarge {
+                field: "udp timeout",
+                ..
+            })
         ));
     }
 

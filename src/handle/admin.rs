@@ -1,0 +1,83 @@
+//! Namespace-wide operations: flush, zero, timeouts, info, sync daemons.
+
+use super::{Error, Handle, Result, Target};
+use crate::codec::{reply, request};
+use crate::model::{DaemonRole, Info, ServiceKey, SyncDaemon, Timeouts};
+use crate::netlink::Kind;
+
+fn decode<T>(op: &str, r: std::result::Result<T, crate::codec::DecodeError>) -> Result<T> {
+    r.map_err(|source| Error::Decode {
+        op: op.to_owned(),
+        source,
+    })
+}
+
+fn single(op: &str, data: Vec<crate::codec::IpvsMessage>) -> Result<crate::codec::IpvsMessage> {
+    data.into_iter().next().ok_or_else(|| Error::Decode {
+        op: op.to_owned(),
+        source: crate::codec::DecodeError::from("the kernel sent no reply message"),
+    })
+}
+
+impl Handle {
+    /// Deletes every virtual server of the namespace (timeouts and sync
+    /// daemons are untouched).
+    pub fn flush(&self) -> Result<()> {
+        self.call(request::flush(), Kind::Ack, Target::Global)
+            .map(drop)
+    }
+
+    /// Zeroes the counters of every service, or of one service and its real
+    /// servers.
+    pub fn zero(&self, service: Option<&ServiceKey>) -> Result<()> {
+        let target = service.map_or(Target::Global, |k| Target::Service(*k));
+        self.call(request::zero(service)?, Kind::Ack, target)
+            .map(drop)
+    }
+
+    /// Reads the connection timeouts.
+    pub fn timeouts(&self) -> Result<Timeouts> {
+        let data = self.call(request::get_config(), Kind::Ack, Target::Global)?;
+        decode(
+            "get timeouts",
+            reply::timeouts(&single("get timeouts", data)?),
+        )
+    }
+
+    /// Sets connection timeouts; a 0 field keeps the current value.
+    pub fn set_timeouts(&self, t: &Timeouts) -> Result<()> {
+        self.call(request::set_config(t)?, Kind::Ack, Target::Global)
+            .map(drop)
+    }
+
+    /// Reads the IPVS version and connection-table size.
+    pub fn info(&self) -> Result<Info> {
+        let data = self.call(request::get_info(), Kind::Ack, Target::Global)?;
+        decode("get info", reply::info(&single("get info", data)?))
+    }
+
+    /// Starts a connection sync daemon.
+    pub fn start_daemon(&self, d: &SyncDaemon) -> Result<()> {
+        let msg = request::new_daemon(d)?;
+        self.call(msg, Kind::Ack, Target::Daemon(Some(d.role)))
+            .map(drop)
+    }
+
+    /// Stops the sync daemon of a role.
+    pub fn stop_daemon(&self, role: DaemonRole) -> Result<()> {
+        self.call(
+            request::del_daemon(role),
+            Kind::Ack,
+            Target::Daemon(Some(role)),
+        )
+        .map(drop)
+    }
+
+    /// Lists running sync daemons (at most a master and a backup).
+    pub fn list_daemons(&self) -> Result<Vec<SyncDaemon>> {
+        let data = self.call(request::dump_daemons(), Kind::Dump, Target::Daemon(None))?;
+        data.into_iter()
+            .map(|m| decode("list sync daemons", reply::daemon(m)))
+            .collect()
+    }
+}

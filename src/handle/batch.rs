@@ -1,0 +1,171 @@
+//! Pipelined batches of write operations.
+
+use std::net::SocketAddr;
+
+use super::dests::dest_target;
+use super::services::new_service_target;
+use super::{Error, Handle, Request, Result, Target};
+use crate::codec::{IpvsMessage, request};
+use crate::model::{RealServer, ServiceKey, ValidationError, VirtualServer};
+use crate::netlink::Kind;
+
+/// One write operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Add a virtual server.
+    AddService(VirtualServer),
+    /// Change a virtual server's configuration.
+    UpdateService(VirtualServer),
+    /// Delete a virtual server.
+    DeleteService(ServiceKey),
+    /// Add a real server.
+    AddDestination(ServiceKey, RealServer),
+    /// Change a real server.
+    UpdateDestination(ServiceKey, RealServer),
+    /// Remove a real server.
+    DeleteDestination(ServiceKey, SocketAddr),
+}
+
+impl Op {
+    /// The request for this operation, validated.
+    pub fn encode(&self) -> std::result::Result<IpvsMessage, ValidationError> {
+        match self {
+            Op::AddService(vs) => request::new_service(vs),
+            Op::UpdateService(vs) => request::set_service(vs),
+            Op::DeleteService(key) => request::del_service(key),
+            Op::AddDestination(key, rs) => request::new_dest(key, rs),
+            Op::UpdateDestination(key, rs) => request::set_dest(key, rs),
+            Op::DeleteDestination(key, addr) => request::del_dest(key, *addr),
+        }
+    }
+
+    fn target(&self) -> Target {
+        match self {
+            Op::AddService(vs) | Op::UpdateService(vs) => new_service_target(vs),
+            Op::DeleteService(key) => Target::Service(*key),
+            Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
+                dest_target(key, rs.addr)
+            }
+            Op::DeleteDestination(key, addr) => dest_target(key, *addr),
+        }
+    }
+}
+
+/// How a batch is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchMode {
+    /// Many requests per datagram, ACKs matched by sequence number (the
+    /// default).
+    #[default]
+    Pipelined,
+    /// One request per round trip, the way other IPVS libraries work (for
+    /// comparison and for debugging).
+    OneByOne,
+}
+
+/// What a batch did: every operation is accounted for, either counted in
+/// `succeeded` or listed in `failed`.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    /// Operations the kernel acknowledged.
+    pub succeeded: usize,
+    /// Requests sent to the kernel (operations refused by validation are not
+    /// sent).
+    pub sent: usize,
+    /// Failed operations by index in the batch, with their typed errors,
+    /// sorted by index.
+    pub failed: Vec<(usize, Error)>,
+}
+
+impl BatchReport {
+    /// Whether every operation succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+impl Handle {
+    /// Applies write operations in order, pipelined, and reports each
+    /// failure with its index. An operation that fails validation is not sent
+    /// and does not stop the others; neither does a kernel error.
+    ///
+    /// ```no_run
+    /// use ipvsctl::{Handle, Op};
+    /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+    /// let ipvs = Handle::new()?;
+    /// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+    /// let report = ipvs.apply([
+    ///     Op::AddService(VirtualServer::new(key)),
+    ///     Op::AddDestination(key, RealServer::new("10.244.0.2:6443".parse().unwrap())),
+    /// ]);
+    /// assert!(report.is_ok(), "{:?}", report.failed);
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn apply<I>(&self, ops: I) -> BatchReport
+    where
+        I: IntoIterator<Item = Op>,
+    {
+        self.apply_with(ops, BatchMode::Pipelined, |_, _| {})
+    }
+
+    /// [`Handle::apply`] with a mode and a callback that sees every
+    /// operation's outcome (index, result) as it arrives.
+    pub fn apply_with<I, F>(&self, ops: I, mode: BatchMode, mut on_result: F) -> BatchReport
+    where
+        I: IntoIterator<Item = Op>,
+        F: FnMut(usize, &Result<()>),
+    {
+        let mut report = BatchReport::default();
+        let mut invalid: Vec<(usize, Error)> = Vec::new();
+        let mut answered = 0usize;
+        // Operations are encoded lazily, as the exchange draws them, so a
+        // batch of any size keeps one datagram's worth of requests in memory.
+        // Invalid ones are set aside with their index and never sent.
+        let requests = ops
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, op)| match op.encode() {
+                Ok(msg) => Some(Request {
+                    index,
+                    msg,
+                    kind: Kind::Ack,
+                    target: op.target(),
+                }),
+                Err(e) => {
+                    invalid.push((index, e.into()));
+                    None
+                }
+            });
+        let mut record = |index: usize, r: Result<Vec<IpvsMessage>>| {
+            let r = r.map(drop);
+            on_result(index, &r);
+            answered += 1;
+            match r {
+                Ok(()) => report.succeeded += 1,
+                Err(e) => report.failed.push((index, e)),
+            }
+        };
+        let outcome = match mode {
+            BatchMode::Pipelined => self.run(requests, &mut record),
+            BatchMode::OneByOne => requests
+                .into_iter()
+                .try_for_each(|req| self.run([req], &mut record)),
+        };
+        report.sent = answered;
+        if let Err(e) = outcome {
+            // The socket itself failed: requests without an answer cannot be
+            // named one by one any more, so the failure is reported as
+            // covering the rest of the batch (index usize::MAX).
+            report.failed.push((usize::MAX, e));
+        }
+        for (i, e) in invalid {
+            let r = Err(e);
+            on_result(i, &r);
+            if let Err(e) = r {
+                report.failed.push((i, e));
+            }
+        }
+        report.failed.sort_by_key(|(i, _)| *i);
+        report
+    }
+}

@@ -1,0 +1,101 @@
+//! Real-server operations.
+
+use std::net::SocketAddr;
+
+use super::{Error, Handle, Result, Target};
+use crate::codec::{IpvsCmd, reply, request};
+use crate::model::{DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Tunnel};
+use crate::netlink::Kind;
+
+impl Handle {
+    /// Adds a real server to a virtual server.
+    ///
+    /// Tunnel settings beyond plain IP-in-IP are read back after the add: a
+    /// kernel older than 5.2 ignores them silently, and that is reported as
+    /// [`Error::Unsupported`] instead of being lost.
+    ///
+    /// ```no_run
+    /// use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey};
+    /// let ipvs = ipvsctl::Handle::new()?;
+    /// let key = ServiceKey::tcp("10.96.0.10:80".parse().unwrap());
+    /// let rs = RealServer::new("10.244.1.7:8080".parse().unwrap())
+    ///     .with_forward(ForwardMethod::Masquerade);
+    /// ipvs.add_destination(&key, &rs)?;
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn add_destination(&self, service: &ServiceKey, rs: &RealServer) -> Result<()> {
+        let msg = request::new_dest(service, rs)?;
+        self.call(msg, Kind::Ack, dest_target(service, rs.addr))?;
+        self.confirm_tunnel(IpvsCmd::NewDest, service, rs)
+    }
+
+    /// Changes a real server's weight, forwarding method or thresholds.
+    pub fn update_destination(&self, service: &ServiceKey, rs: &RealServer) -> Result<()> {
+        let msg = request::set_dest(service, rs)?;
+        self.call(msg, Kind::Ack, dest_target(service, rs.addr))?;
+        self.confirm_tunnel(IpvsCmd::SetDest, service, rs)
+    }
+
+    /// Removes a real server from a virtual server.
+    pub fn delete_destination(&self, service: &ServiceKey, server: SocketAddr) -> Result<()> {
+        let msg = request::del_dest(service, server)?;
+        self.call(msg, Kind::Ack, dest_target(service, server))
+            .map(drop)
+    }
+
+    /// Lists a virtual server's real servers (one dump).
+    ///
+    /// The kernel answers an empty dump both for a service without real
+    /// servers and for a service that does not exist; when the dump is empty
+    /// this asks for the service too, so a missing service is
+    /// [`Error::ServiceNotFound`], never an empty list.
+    pub fn list_destinations(&self, service: &ServiceKey) -> Result<Vec<DestinationSnapshot>> {
+        let msg = request::dump_dests(service)?;
+        let data = self.call(msg, Kind::Dump, Target::Service(*service))?;
+        if data.is_empty() {
+            self.get_service(service)?;
+            return Ok(Vec::new());
+        }
+        let family = service.family();
+        data.into_iter()
+            .map(|m| {
+                reply::destination(m, family).map_err(|source| Error::Decode {
+                    op: format!("list real servers of {service}"),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Reads back a tunnelled real server whose settings an old kernel could
+    /// have dropped.
+    fn confirm_tunnel(&self, cmd: IpvsCmd, service: &ServiceKey, rs: &RealServer) -> Result<()> {
+        let ForwardMethod::Tunnel(wanted) = rs.forward else {
+            return Ok(());
+        };
+        if wanted == Tunnel::IPIP {
+            return Ok(());
+        }
+        let found = self
+            .list_destinations(service)?
+            .into_iter()
+            .find(|d| d.server.addr == rs.addr);
+        match found.map(|d| d.server.forward) {
+            Some(ForwardMethod::Tunnel(got)) if got == wanted => Ok(()),
+            other => Err(Error::Unsupported {
+                op: super::describe(cmd, &dest_target(service, rs.addr)),
+                what: format!(
+                    "tunnel settings {wanted:?} (read back: {})",
+                    other.map_or_else(|| "no such real server".to_owned(), |f| format!("{f:?}"))
+                ),
+            }),
+        }
+    }
+}
+
+pub(crate) fn dest_target(service: &ServiceKey, addr: SocketAddr) -> Target {
+    Target::Dest {
+        key: *service,
+        addr,
+    }
+}

@@ -1,0 +1,312 @@
+//! Typed errors of the handle: the object, the cause, the kernel's errno and
+//! extended-ACK message.
+
+use std::io;
+use std::net::SocketAddr;
+
+use crate::codec::DecodeError;
+use crate::codec::frame::NlError;
+use crate::model::{DaemonRole, ServiceKey, ValidationError};
+
+/// What an operation acted on: used to turn an errno into a typed error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Adding a service (ENOENT: scheduler or engine missing).
+    NewService {
+        key: ServiceKey,
+        scheduler: String,
+        engine: Option<String>,
+    },
+    /// Any other service operation.
+    Service(ServiceKey),
+    /// A destination operation (`add` tells EEXIST apart).
+    Dest { key: ServiceKey, addr: SocketAddr },
+    /// A sync-daemon operation.
+    Daemon(Option<DaemonRole>),
+    /// Namespace-wide operations (flush, zero all, config, info).
+    Global,
+}
+
+/// Errors of [`crate::Handle`] operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `EEXIST` adding a virtual server.
+    #[error("{op}: virtual server {key} already exists")]
+    ServiceExists {
+        /// The operation.
+        op: String,
+        /// The service.
+        key: ServiceKey,
+    },
+    /// `ESRCH`: the virtual server does not exist.
+    #[error("{op}: virtual server {key} does not exist")]
+    ServiceNotFound {
+        /// The operation.
+        op: String,
+        /// The service.
+        key: ServiceKey,
+    },
+    /// `EEXIST` adding a real server.
+    #[error("{op}: real server {server} of {service} already exists")]
+    DestinationExists {
+        /// The operation.
+        op: String,
+        /// The virtual server.
+        service: ServiceKey,
+        /// The real server.
+        server: SocketAddr,
+    },
+    /// `ENOENT` editing or deleting a real server.
+    #[error("{op}: real server {server} of {service} does not exist")]
+    DestinationNotFound {
+        /// The operation.
+        op: String,
+        /// The virtual server.
+        service: ServiceKey,
+        /// The real server.
+        server: SocketAddr,
+    },
+    /// `ENOENT` adding or editing a virtual server: the kernel has no such
+    /// scheduler (or persistence engine) registered and could not load it.
+    #[error(
+        "{op}: the kernel has no scheduler {scheduler:?}{} (is module ip_vs_{scheduler} available?)",
+        engine.as_ref().map(|e| format!(" or persistence engine {e:?}")).unwrap_or_default()
+    )]
+    UnknownScheduler {
+        /// The operation.
+        op: String,
+        /// The scheduler asked for.
+        scheduler: String,
+        /// The persistence engine asked for, if any (the kernel answers the
+        /// same errno for both).
+        engine: Option<String>,
+    },
+    /// `ERANGE`: a weight or threshold the kernel refuses.
+    #[error("{op}: value out of range (weight or thresholds){}", detail(.message))]
+    OutOfRange {
+        /// The operation.
+        op: String,
+        /// The kernel's extended-ACK message, if any.
+        message: Option<String>,
+    },
+    /// `EINVAL`: the kernel refused the request's contents.
+    #[error("{op}: invalid argument{}", detail(.message))]
+    InvalidArgument {
+        /// The operation.
+        op: String,
+        /// The kernel's extended-ACK message, if any.
+        message: Option<String>,
+    },
+    /// `EPERM`: IPVS needs `CAP_NET_ADMIN` in the initial user namespace (a
+    /// rootless container is refused).
+    #[error("{op}: permission denied (IPVS needs CAP_NET_ADMIN in the initial user namespace)")]
+    PermissionDenied {
+        /// The operation.
+        op: String,
+    },
+    /// `EEXIST` starting a sync daemon.
+    #[error("{op}: the sync daemon is already running")]
+    DaemonRunning {
+        /// The operation.
+        op: String,
+    },
+    /// `ESRCH` stopping a sync daemon.
+    #[error("{op}: the sync daemon is not running")]
+    DaemonNotRunning {
+        /// The operation.
+        op: String,
+    },
+    /// `ENODEV`: the sync daemon's interface does not exist.
+    #[error("{op}: no such network interface{}", detail(.message))]
+    NoSuchDevice {
+        /// The operation.
+        op: String,
+        /// The kernel's extended-ACK message, if any.
+        message: Option<String>,
+    },
+    /// `EOPNOTSUPP` or `EAFNOSUPPORT`.
+    #[error("{op}: not supported by this kernel (errno {errno}){}", detail(.message))]
+    NotSupported {
+        /// The operation.
+        op: String,
+        /// The errno.
+        errno: i32,
+        /// The kernel's extended-ACK message, if any.
+        message: Option<String>,
+    },
+    /// Any other errno.
+    #[error("{op}: {}{}", io::Error::from_raw_os_error(*.errno), detail(.message))]
+    Kernel {
+        /// The operation.
+        op: String,
+        /// The errno.
+        errno: i32,
+        /// The kernel's extended-ACK message, if any.
+        message: Option<String>,
+    },
+    /// IPVS cannot be reached: the family is not registered (module missing
+    /// and not loadable). Carries the kernel-module check's diagnosis.
+    #[error("IPVS unavailable: {reason}")]
+    Unavailable {
+        /// Why, with the module check's diagnosis.
+        reason: String,
+    },
+    /// The kernel accepted a request but ignored part of it (an attribute it
+    /// does not know, such as tunnel settings before Linux 5.2); found by
+    /// reading back.
+    #[error("{op}: this kernel ignored {what}")]
+    Unsupported {
+        /// The operation.
+        op: String,
+        /// What was ignored.
+        what: String,
+    },
+    /// The value was refused before anything was sent.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The kernel's answer to a request was dropped; whether it took effect is
+    /// unknown (read back to find out).
+    #[error("{op}: the kernel's answer was lost (receive buffer overrun); outcome unknown")]
+    Lost {
+        /// The operation.
+        op: String,
+    },
+    /// The socket failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// The operation.
+        op: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A reply could not be decoded.
+    #[error("{op}: undecodable reply: {source}")]
+    Decode {
+        /// The operation.
+        op: String,
+        /// The decode error.
+        source: DecodeError,
+    },
+}
+
+fn detail(message: &Option<String>) -> String {
+    message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// The kernel's errno, where the error came from the kernel.
+    pub fn errno(&self) -> Option<i32> {
+        use libc_errno::*;
+        Some(match self {
+            Error::ServiceExists { .. } | Error::DestinationExists { .. } => EEXIST,
+            Error::DaemonRunning { .. } => EEXIST,
+            Error::ServiceNotFound { .. } | Error::DaemonNotRunning { .. } => ESRCH,
+            Error::DestinationNotFound { .. } | Error::UnknownScheduler { .. } => ENOENT,
+            Error::OutOfRange { .. } => ERANGE,
+            Error::InvalidArgument { .. } => EINVAL,
+            Error::PermissionDenied { .. } => EPERM,
+            Error::NoSuchDevice { .. } => ENODEV,
+            Error::NotSupported { errno, .. } | Error::Kernel { errno, .. } => *errno,
+            Error::Io { source, .. } => return source.raw_os_error(),
+            _ => return None,
+        })
+    }
+
+    /// The kernel's extended-ACK message, if it sent one.
+    pub fn kernel_message(&self) -> Option<&str> {
+        match self {
+            Error::OutOfRange { message, .. }
+            | Error::InvalidArgument { message, .. }
+            | Error::NoSuchDevice { message, .. }
+            | Error::NotSupported { message, .. }
+            | Error::Kernel { message, .. } => message.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether this says the virtual server does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            Error::ServiceNotFound { .. } | Error::DestinationNotFound { .. }
+        )
+    }
+
+    /// Whether this says the object already exists.
+    pub fn is_exists(&self) -> bool {
+        matches!(
+            self,
+            Error::ServiceExists { .. } | Error::DestinationExists { .. }
+        )
+    }
+
+    pub(crate) fn io(op: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            op: op.into(),
+            source,
+        }
+    }
+
+    /// Maps a kernel error answer for an operation on `target`.
+    pub(crate) fn from_kernel(op: String, target: &Target, e: NlError) -> Self {
+        use libc_errno::*;
+        let errno = e.errno();
+        let message = e.message;
+        match (errno, target) {
+            (EEXIST, Target::NewService { key, .. }) => Error::ServiceExists { op, key: *key },
+            (EEXIST, Target::Dest { key, addr }) => Error::DestinationExists {
+                op,
+                service: *key,
+                server: *addr,
+            },
+            (EEXIST, Target::Daemon(_)) => Error::DaemonRunning { op },
+            (
+                ESRCH,
+                Target::NewService { key, .. } | Target::Service(key) | Target::Dest { key, .. },
+            ) => Error::ServiceNotFound { op, key: *key },
+            (ESRCH, Target::Daemon(_)) => Error::DaemonNotRunning { op },
+            (ENOENT, Target::Dest { key, addr }) => Error::DestinationNotFound {
+                op,
+                service: *key,
+                server: *addr,
+            },
+            (
+                ENOENT,
+                Target::NewService {
+                    scheduler, engine, ..
+                },
+            ) => Error::UnknownScheduler {
+                op,
+                scheduler: scheduler.clone(),
+                engine: engine.clone(),
+            },
+            (ERANGE, _) => Error::OutOfRange { op, message },
+            (EINVAL, _) => Error::InvalidArgument { op, message },
+            (EPERM, _) => Error::PermissionDenied { op },
+            (ENODEV, _) => Error::NoSuchDevice { op, message },
+            (errno @ (EOPNOTSUPP | EAFNOSUPPORT), _) => Error::NotSupported { op, errno, message },
+            (errno, _) => Error::Kernel { op, errno, message },
+        }
+    }
+}
+
+/// The errno values the kernel's IPVS code returns (Linux, all
+/// architectures this crate builds for).
+pub(crate) mod libc_errno {
+    pub const EPERM: i32 = 1;
+    pub const ENOENT: i32 = 2;
+    pub const ESRCH: i32 = 3;
+    pub const EEXIST: i32 = 17;
+    pub const ENODEV: i32 = 19;
+    pub const EINVAL: i32 = 22;
+    pub const ERANGE: i32 = 34;
+    pub const EOPNOTSUPP: i32 = 95;
+    pub const EAFNOSUPPORT: i32 = 97;
+}
+
+/// Result of handle operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

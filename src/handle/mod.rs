@@ -1,0 +1,210 @@
+//! The handle: every IPVS operation over one generic-netlink socket.
+//!
+//! A [`Handle`] resolves the `IPVS` family once when it opens (and refuses to
+//! open, with a diagnosis, when IPVS is unavailable, so no request is ever sent
+//! with family id 0), matches every reply by sequence number and port, and
+//! consumes exactly the replies and ACKs each request asks for.
+//!
+//! # Threads
+//!
+//! `Handle` is `Send + Sync`. Calls from several threads are serialised on
+//! the socket by a mutex: a request and all of its replies are one critical
+//! section, so replies can never be mixed up between callers. For parallel
+//! throughput open one handle per thread (each has its own socket); for bulk
+//! work use [`Handle::apply`], which pipelines many requests per round trip.
+
+mod admin;
+mod batch;
+mod dests;
+mod error;
+mod services;
+
+use std::sync::{Mutex, MutexGuard};
+
+pub use batch::{BatchMode, BatchReport, Op};
+pub(crate) use error::Target;
+pub use error::{Error, Result};
+
+use crate::codec::{IpvsCmd, IpvsMessage, consts};
+use crate::netlink::Failure;
+use crate::netlink::netns::NetNs;
+use crate::netlink::{Exchange, GenlSocket, Kind, Reply};
+
+/// A connection to the kernel's IPVS in one network namespace.
+#[derive(Debug)]
+pub struct Handle {
+    inner: Mutex<Inner>,
+    family: u16,
+    netns: NetNs,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sock: GenlSocket,
+    seq: u32,
+}
+
+/// One request with what is needed to explain its failure.
+pub(crate) struct Request {
+    /// The caller's index for the request, handed back with its result.
+    pub index: usize,
+    pub msg: IpvsMessage,
+    pub kind: Kind,
+    pub target: Target,
+}
+
+impl Handle {
+    /// Opens a handle in the caller's network namespace.
+    ///
+    /// ```no_run
+    /// let ipvs = ipvsctl::Handle::new()?;
+    /// println!("{} services", ipvs.list_services()?.len());
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn new() -> Result<Self> {
+        Self::open(&NetNs::Current)
+    }
+
+    /// Opens a handle in another network namespace (a path such as
+    /// `/run/netns/NAME`, or an open namespace fd) without moving the calling
+    /// thread: the socket is created inside the namespace and keeps it for
+    /// life.
+    ///
+    /// ```no_run
+    /// use ipvsctl::{Handle, NetNs};
+    /// let ipvs = Handle::open(&NetNs::named("blue"))?;
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn open(netns: &NetNs) -> Result<Self> {
+        let mut sock = GenlSocket::open(netns).map_err(|e| Error::io("open netlink socket", e))?;
+        let family = sock
+            .resolve_family(consts::FAMILY_NAME, 1)
+            .map_err(|e| Error::io("resolve the IPVS generic-netlink family", e))?;
+        let Some(family) = family else {
+            return Err(Error::Unavailable {
+                reason: format!(
+                    "the kernel has no \"IPVS\" generic-netlink family in {netns}; {}",
+                    crate::kmod::diagnose()
+                ),
+            });
+        };
+        Ok(Handle {
+            inner: Mutex::new(Inner { sock, seq: 1 }),
+            family,
+            netns: netns.clone(),
+        })
+    }
+
+    /// The network namespace this handle works in.
+    pub fn netns(&self) -> &NetNs {
+        &self.netns
+    }
+
+    /// The resolved generic-netlink family id of IPVS.
+    pub fn family_id(&self) -> u16 {
+        self.family
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic in another caller leaves the socket usable: replies of an
+        // abandoned exchange are told apart by sequence number.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs requests pipelined, taking them from the iterator as they are
+    /// sent; `on_reply` gets each request's [`Request::index`] and its reply
+    /// turned into data or a typed error, in order.
+    pub(crate) fn run<I, F>(&self, requests: I, mut on_reply: F) -> Result<()>
+    where
+        I: IntoIterator<Item = Request>,
+        F: FnMut(usize, Result<Vec<IpvsMessage>>),
+    {
+        let mut inner = self.lock();
+        let Inner { sock, seq } = &mut *inner;
+        let reqs = requests.into_iter().map(|r| {
+            let ctx = Context {
+                index: r.index,
+                cmd: r.msg.cmd,
+                target: r.target,
+            };
+            (r.msg, r.kind, ctx)
+        });
+        Exchange::new(sock, self.family, seq)
+            .run(reqs, |_, ctx, reply| {
+                on_reply(ctx.index, reply_result(&ctx, reply))
+            })
+            .map_err(|e| Error::io("netlink exchange", e))
+    }
+
+    /// Runs one request and returns its data replies, or its typed error.
+    pub(crate) fn call(
+        &self,
+        msg: IpvsMessage,
+        kind: Kind,
+        target: Target,
+    ) -> Result<Vec<IpvsMessage>> {
+        let mut out = None;
+        self.run(
+            [Request {
+                index: 0,
+                msg,
+                kind,
+                target,
+            }],
+            |_, r| out = Some(r),
+        )?;
+        out.unwrap_or_else(|| {
+            Err(Error::Lost {
+                op: "request".into(),
+            })
+        })
+    }
+}
+
+/// Describes an operation for error messages.
+pub(crate) fn describe(cmd: IpvsCmd, target: &Target) -> String {
+    let what = match cmd {
+        IpvsCmd::NewService => "add virtual server",
+        IpvsCmd::SetService => "edit virtual server",
+        IpvsCmd::DelService => "delete virtual server",
+        IpvsCmd::GetService => "get virtual server",
+        IpvsCmd::NewDest => "add real server",
+        IpvsCmd::SetDest => "edit real server",
+        IpvsCmd::DelDest => "delete real server",
+        IpvsCmd::GetDest => "list real servers",
+        IpvsCmd::NewDaemon => "start sync daemon",
+        IpvsCmd::DelDaemon => "stop sync daemon",
+        IpvsCmd::GetDaemon => "list sync daemons",
+        IpvsCmd::SetConfig => "set timeouts",
+        IpvsCmd::GetConfig => "get timeouts",
+        IpvsCmd::GetInfo | IpvsCmd::SetInfo => "get info",
+        IpvsCmd::Zero => "zero counters",
+        IpvsCmd::Flush => "flush",
+        IpvsCmd::Other(_) => "request",
+    };
+    match target {
+        Target::NewService { key, .. } | Target::Service(key) => format!("{what} {key}"),
+        Target::Dest { key, addr } => format!("{what} {addr} of {key}"),
+        Target::Daemon(Some(role)) => format!("{what} ({role:?})"),
+        Target::Daemon(None) | Target::Global => what.to_owned(),
+    }
+}
+
+/// What is kept of a request while it is in flight: enough to explain its
+/// failure.
+struct Context {
+    index: usize,
+    cmd: IpvsCmd,
+    target: Target,
+}
+
+/// Turns a reply into the request's data or its typed error.
+fn reply_result(ctx: &Context, reply: Reply) -> Result<Vec<IpvsMessage>> {
+    let op = || describe(ctx.cmd, &ctx.target);
+    match reply.result {
+        Ok(()) => Ok(reply.data),
+        Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), &ctx.target, e)),
+        Err(Failure::Decode(source)) => Err(Error::Decode { op: op(), source }),
+        Err(Failure::Lost) => Err(Error::Lost { op: op() }),
+    }
+}

@@ -1,0 +1,76 @@
+//! Virtual-server operations.
+
+use super::{Error, Handle, Result, Target};
+use crate::codec::{reply, request};
+use crate::model::{ServiceKey, ServiceSnapshot, VirtualServer};
+use crate::netlink::Kind;
+
+pub(crate) fn new_service_target(vs: &VirtualServer) -> Target {
+    Target::NewService {
+        key: vs.key,
+        scheduler: vs.scheduler.name().to_owned(),
+        engine: vs.persistence_engine.as_ref().map(|p| p.name().to_owned()),
+    }
+}
+
+impl Handle {
+    /// Adds a virtual server.
+    ///
+    /// ```no_run
+    /// use ipvsctl::model::{Scheduler, ServiceKey, VirtualServer};
+    /// let ipvs = ipvsctl::Handle::new()?;
+    /// let vs = VirtualServer::new(ServiceKey::tcp("10.96.0.10:53".parse().unwrap()))
+    ///     .with_scheduler(Scheduler::RoundRobin);
+    /// ipvs.add_service(&vs)?;
+    /// assert_eq!(ipvs.get_service(&vs.key)?.service, vs);
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn add_service(&self, vs: &VirtualServer) -> Result<()> {
+        let msg = request::new_service(vs)?;
+        self.call(msg, Kind::Ack, new_service_target(vs)).map(drop)
+    }
+
+    /// Changes a virtual server's configuration (scheduler, flags, timeout,
+    /// netmask, persistence engine). The key selects the service.
+    pub fn update_service(&self, vs: &VirtualServer) -> Result<()> {
+        let msg = request::set_service(vs)?;
+        self.call(msg, Kind::Ack, new_service_target(vs)).map(drop)
+    }
+
+    /// Deletes a virtual server and its real servers.
+    pub fn delete_service(&self, key: &ServiceKey) -> Result<()> {
+        let msg = request::del_service(key)?;
+        self.call(msg, Kind::Ack, Target::Service(*key)).map(drop)
+    }
+
+    /// Reads one virtual server; [`Error::ServiceNotFound`] if it does not
+    /// exist.
+    pub fn get_service(&self, key: &ServiceKey) -> Result<ServiceSnapshot> {
+        let msg = request::get_service(key)?;
+        let data = self.call(msg, Kind::Ack, Target::Service(*key))?;
+        let first = data
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::ServiceNotFound {
+                op: super::describe(crate::codec::IpvsCmd::GetService, &Target::Service(*key)),
+                key: *key,
+            })?;
+        reply::service(first).map_err(|source| Error::Decode {
+            op: format!("get virtual server {key}"),
+            source,
+        })
+    }
+
+    /// Lists every virtual server of the namespace (one dump).
+    pub fn list_services(&self) -> Result<Vec<ServiceSnapshot>> {
+        let data = self.call(request::dump_services(), Kind::Dump, Target::Global)?;
+        data.into_iter()
+            .map(|m| {
+                reply::service(m).map_err(|source| Error::Decode {
+                    op: "list virtual servers".into(),
+                    source,
+                })
+            })
+            .collect()
+    }
+}
