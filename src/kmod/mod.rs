@@ -20,9 +20,11 @@
 //!    exit status, output and errors in full; a [`LoadFailure`] explains
 //!    itself ([`LoadFailure::explanation`]).
 //! 3. The functional probe, the final word: [`probe_family`] asks the
-//!    kernel for the `IPVS` generic netlink family. [`probe_scheduler`]
-//!    goes further and creates a test service in a private network
-//!    namespace.
+//!    kernel for the `IPVS` generic netlink family (which makes a kernel
+//!    that can autoload modules load `ip_vs` itself, with the host's own
+//!    modprobe). [`probe_scheduler`] goes further and creates a test service
+//!    in a private network namespace, which makes the kernel load the
+//!    scheduler's module the same way.
 //!
 //! [`Requirements::default`] asks for `ip_vs`, `ip_vs_rr`, `ip_vs_wrr`,
 //! `ip_vs_sh` and `nf_conntrack`, what kube-proxy in IPVS mode needs.

@@ -41,9 +41,16 @@ pub struct FamilyInfo {
 /// Asks the kernel's generic netlink controller for the IPVS family.
 ///
 /// `Ok(Some(_))` means IPVS works in this kernel; `Ok(None)` means the
-/// kernel answered that there is no such family (`ip_vs` not loaded and not
-/// built in). Resolving a family can make the kernel try to load a module
-/// registered for it, if one declares that alias.
+/// kernel answered that there is no such family.
+///
+/// Asking is not read-only: when the family is not registered, the kernel
+/// tries to load a module that declares it, and `ip_vs` does (its alias is
+/// `net-pf-16-proto-16-family-IPVS`). The kernel runs its own modprobe
+/// helper for that, in the host's namespaces with the host's
+/// `/lib/modules`, whoever asks. So on a kernel that can autoload modules
+/// this probe loads `ip_vs` itself, even from a container whose own
+/// `/lib/modules` does not match the kernel; `Ok(None)` then means the
+/// kernel could not load it either.
 ///
 /// ```no_run
 /// match ipvsctl::kmod::probe_family()? {
@@ -347,7 +354,8 @@ fn refusal(errno: i32, scheduler: &str) -> String {
 // From <linux/ip_vs.h>.
 const IPVS_GENL_VERSION: u8 = 1;
 const IPVS_CMD_NEW_SERVICE: u8 = 1;
-const IPVS_CMD_DEL_SERVICE: u8 = 2;
+// 2 is IPVS_CMD_SET_SERVICE.
+const IPVS_CMD_DEL_SERVICE: u8 = 3;
 const IPVS_CMD_ATTR_SERVICE: u16 = 1;
 const IPVS_SVC_ATTR_AF: u16 = 1;
 const IPVS_SVC_ATTR_FWMARK: u16 = 5;
