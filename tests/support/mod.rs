@@ -1,0 +1,313 @@
+//! Support shared by the kernel test binaries (`tests/kernel_*.rs`).
+//!
+//! Kernel tests need root and a kernel with IPVS. On a host without IPVS the
+//! cargo runner (`scripts/cargo-runner`) runs these binaries inside a
+//! throw-away QEMU guest (`scripts/vm-run`), so from a test's point of view it
+//! is always root on a real kernel. Each test works in its own fresh network
+//! namespace ([`TestNetns`]), so tests of one binary run in parallel and never
+//! see each other's IPVS tables.
+//!
+//! Standard library only, so that every test binary can `mod support;` it.
+//! Each binary uses a subset of it, hence the module-wide `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A fresh, named network namespace (`ip netns add ipvsctl-t-<pid>-<n>`) with
+/// `lo` up, deleted again on drop.
+///
+/// `lo` must be up before IPVS accepts destinations in a new namespace (the
+/// kernel answers `EINVAL` otherwise).
+#[derive(Debug)]
+pub struct TestNetns {
+    name: String,
+    path: PathBuf,
+}
+
+impl TestNetns {
+    /// Creates the namespace and brings `lo` up in it. Panics with the
+    /// command's output if either step fails.
+    pub fn new() -> TestNetns {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "ipvsctl-t-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut add = Command::new(tool("ip"));
+        add.args(["netns", "add", &name]);
+        check(&mut add);
+        // From here on Drop deletes the namespace, even if `lo up` fails.
+        let ns = TestNetns {
+            path: Path::new("/run/netns").join(&name),
+            name,
+        };
+        ns.run("ip", &["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Like [`TestNetns::new`], after [`require_ipvs`] has confirmed that IPVS
+    /// answers in a namespace.
+    pub fn with_ipvs() -> TestNetns {
+        require_ipvs();
+        TestNetns::new()
+    }
+
+    /// The name given to `ip netns add`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace file, `/run/netns/NAME`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut c = Command::new(tool("ip"));
+        c.args(["netns", "exec", &self.name])
+            .arg(resolve(program.as_ref()));
+        c
+    }
+
+    /// Runs `program args` inside the namespace and returns its stdout.
+    /// Panics, showing the command, its status, stdout and stderr, unless it
+    /// exits with status 0.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let mut c = self.command(program);
+        c.args(args);
+        check(&mut c)
+    }
+
+    /// Runs `program args` inside the namespace and returns its output,
+    /// whatever the exit status.
+    pub fn output(&self, program: &str, args: &[&str]) -> Output {
+        let mut c = self.command(program);
+        c.args(args);
+        c.output()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", describe(&c)))
+    }
+
+    /// Runs `program args` inside the namespace; `Ok(stdout)` on status 0,
+    /// else `Err` with the command, status and stderr.
+    pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut c = self.command(program);
+        c.args(args);
+        let out = c
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", describe(&c)))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(failure(&c, &out))
+        }
+    }
+
+    /// `ipvsadm ARGS` inside the namespace, `args` split at whitespace
+    /// (e.g. `"-A -t 192.0.2.1:80 -s rr"`); returns stdout, panics on failure.
+    pub fn ipvsadm(&self, args: &str) -> String {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        self.run("ipvsadm", &args)
+    }
+
+    /// Panics with a clear message unless IPVS answers inside this namespace.
+    pub fn require_ipvs(&self) {
+        print_kernel_once();
+        if let Err(why) = ipvs_usable_in(self) {
+            panic!("{}", ipvs_missing_message(&why));
+        }
+    }
+}
+
+impl Default for TestNetns {
+    fn default() -> Self {
+        TestNetns::new()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let out = Command::new(tool("ip"))
+            .args(["netns", "delete", &self.name])
+            .output();
+        let failed = match &out {
+            Ok(o) if o.status.success() => None,
+            Ok(o) => Some(String::from_utf8_lossy(&o.stderr).trim().to_owned()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            // Not a panic: a panic while unwinding would abort the test binary.
+            let _ = writeln!(
+                std::io::stderr(),
+                "warning: could not delete network namespace {}: {why}",
+                self.name
+            );
+        }
+    }
+}
+
+/// Panics with a clear message unless IPVS is usable: running as root, and
+/// IPVS answers in a fresh network namespace (after `modprobe ip_vs`, which
+/// may fail harmlessly where ip_vs is built in or autoloads). Checked once per
+/// test binary; prints the kernel release once, as
+/// `kernel tests running against Linux <release>`.
+pub fn require_ipvs() {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    print_kernel_once();
+    let result = RESULT.get_or_init(|| {
+        if !is_root() {
+            return Err(
+                "not running as root (uid 0): IPVS needs CAP_NET_ADMIN in the initial \
+                 user namespace; a rootless user namespace gets EPERM"
+                    .to_owned(),
+            );
+        }
+        let ns = TestNetns::new();
+        ipvs_usable_in(&ns)
+    });
+    if let Err(why) = result {
+        panic!("{}", ipvs_missing_message(why));
+    }
+}
+
+/// The running kernel's release (`uname -r`), from `/proc/sys/kernel/osrelease`.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("<unknown: {e}>"))
+}
+
+/// True when this process runs with effective uid 0.
+pub fn is_root() -> bool {
+    // "Uid:\treal\teffective\tsaved\tfs" in /proc/self/status.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Prints `kernel tests running against Linux <release>` once per test
+/// binary, straight to stderr so the test harness does not capture it.
+pub fn print_kernel_once() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "kernel tests running against Linux {}",
+            kernel_release()
+        );
+    });
+}
+
+/// Runs `cmd`; returns its stdout if it exits with status 0, else panics with
+/// the command line, the status, stdout and stderr.
+pub fn check(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", describe(cmd)));
+    if !out.status.success() {
+        panic!("{}", failure(cmd, &out));
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `program args` in the test's own namespace; see [`check`].
+pub fn run(program: &str, args: &[&str]) -> String {
+    let mut c = Command::new(resolve(OsStr::new(program)));
+    c.args(args);
+    check(&mut c)
+}
+
+/// The path of a system tool: `name` itself if found in `PATH`, else
+/// `/usr/sbin/name` or `/sbin/name` (root's tools are not always in a test
+/// runner's `PATH`).
+pub fn tool(name: &str) -> PathBuf {
+    resolve(OsStr::new(name))
+}
+
+fn resolve(program: &OsStr) -> PathBuf {
+    let p = Path::new(program);
+    if p.components().count() > 1 {
+        return p.to_path_buf();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(
+        ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .map(PathBuf::from),
+    );
+    for dir in dirs {
+        let candidate = dir.join(p);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    p.to_path_buf()
+}
+
+fn ipvs_usable_in(ns: &TestNetns) -> Result<(), String> {
+    // Load ip_vs if it is a module; failure is fine if it is built in or the
+    // kernel autoloads it on first use.
+    let modprobe = Command::new(tool("modprobe")).arg("ip_vs").output();
+    let modprobe_note = match &modprobe {
+        Ok(o) if o.status.success() => String::new(),
+        Ok(o) => format!(
+            "; `modprobe ip_vs` said: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("; `modprobe ip_vs` could not run: {e}"),
+    };
+    match ns.try_run("cat", &["/proc/net/ip_vs"]) {
+        Ok(_) => Ok(()),
+        Err(_) => match ns.try_run("ipvsadm", &["-Ln"]) {
+            Ok(_) => Ok(()),
+            Err(why) => Err(format!(
+                "/proc/net/ip_vs is missing in namespace {} and {why}{modprobe_note}",
+                ns.name()
+            )),
+        },
+    }
+}
+
+fn ipvs_missing_message(why: &str) -> String {
+    format!(
+        "IPVS is not usable on Linux {}: {why}\n\
+         Kernel tests need root and a kernel with IPVS. Run them through cargo \
+         (`cargo test --test kernel_NAME`): the runner in .cargo/config.toml boots \
+         a QEMU guest with a Debian kernel when the host has no IPVS.",
+        kernel_release()
+    )
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn failure(cmd: &Command, out: &Output) -> String {
+    let mut s = format!("`{}` failed: {}", describe(cmd), out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stdout.trim().is_empty() {
+        let _ = write!(s, "\n--- stdout ---\n{}", stdout.trim_end());
+    }
+    if !stderr.trim().is_empty() {
+        let _ = write!(s, "\n--- stderr ---\n{}", stderr.trim_end());
+    }
+    s
+}
