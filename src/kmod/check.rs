@@ -12,6 +12,20 @@ use super::report::Report;
 use super::roots::{CheckConfig, valid_release};
 
 /// The state of one module, with what showed it.
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots, Verdict};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg);
+/// let status = &report.modules[0];
+/// assert!(matches!(status.verdict, Verdict::Missing { .. }));
+/// assert!(!status.verdict.is_present());
+/// // Every verdict says what showed it.
+/// for e in status.verdict.evidence() {
+///     println!("{}: {e}", status.module);
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Compiled into the kernel: nothing to load.
@@ -106,6 +120,16 @@ impl fmt::Display for Verdict {
 }
 
 /// One required module and its verdict.
+///
+/// Its `Display` is one report line: name, purpose, verdict, evidence.
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg);
+/// assert!(report.modules[0].to_string().starts_with("ip_vs (IPVS core): missing: "));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModuleStatus {
     /// The module.

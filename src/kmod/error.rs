@@ -7,6 +7,13 @@ use std::io;
 /// The check itself never fails: what it cannot read becomes evidence in the
 /// [`Report`](super::Report). Errors are for bad input and for the netlink
 /// probe's own failures.
+///
+/// ```
+/// use ipvsctl::kmod::{KmodError, Requirements};
+///
+/// let err = Requirements::empty().with_module("ip vs").unwrap_err();
+/// assert!(matches!(err, KmodError::InvalidModuleName { .. }));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum KmodError {
     /// A module, scheduler or persistence engine name that cannot be a

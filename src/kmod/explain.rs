@@ -5,6 +5,14 @@ use std::fmt;
 use rustix::io::Errno;
 
 /// The recognised reason a load failed.
+///
+/// ```
+/// use ipvsctl::kmod::Cause;
+///
+/// let c = Cause::from_loader_output("modprobe: ERROR: could not insert 'ip_vs': Operation not permitted");
+/// assert_eq!(c, Cause::NotPermitted);
+/// assert!(c.explanation().contains("CAP_SYS_MODULE"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
     /// `ENOEXEC`, "Exec format error": the file is not a module for this

@@ -42,6 +42,15 @@ pub struct Modprobe {
 }
 
 /// Which loader [`load_needed`] uses.
+///
+/// ```no_run
+/// use ipvsctl::kmod::{self, Loader, Requirements};
+///
+/// // No modprobe program in this image: load through finit_module(2).
+/// let report = kmod::check(&Requirements::default());
+/// let all_ok = kmod::load_needed(&report, &Loader::FinitModule).iter().all(|o| o.is_ok());
+/// # let _ = all_ok;
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Loader {
     /// Run `modprobe -- <module>` once per module (it reads the real
@@ -53,6 +62,18 @@ pub enum Loader {
 }
 
 /// A program that ran, with everything it said.
+///
+/// ```no_run
+/// use ipvsctl::kmod::{self, LoadStep, Modprobe, ModuleName};
+///
+/// let out = kmod::modprobe(&ModuleName::new("ip_vs_rr")?, &Modprobe::default());
+/// for step in &out.steps {
+///     if let LoadStep::Ran(run) = step {
+///         println!("{}: {:?}\n{}", run.command_line(), run.status.code(), run.stderr_text());
+///     }
+/// }
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommandRun {
     /// The program as started.
@@ -106,6 +127,13 @@ impl fmt::Display for CommandRun {
 }
 
 /// One thing the loader did.
+///
+/// ```
+/// use ipvsctl::kmod::{self, LoadStep};
+///
+/// let out = kmod::finit_file("/nonexistent/ip_vs.ko".as_ref());
+/// assert!(matches!(out.steps[..], [LoadStep::OpenFailed { errno: Some(2), .. }]));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LoadStep {
     /// A program ran.
@@ -168,6 +196,16 @@ impl fmt::Display for LoadStep {
 }
 
 /// How a load succeeded.
+///
+/// ```no_run
+/// use ipvsctl::kmod::{self, CheckConfig, LoadSuccess, ModuleName};
+///
+/// let out = kmod::finit_load(&ModuleName::new("ip_vs")?, &CheckConfig::default());
+/// if out.result == Ok(LoadSuccess::AlreadyLoaded) {
+///     println!("ip_vs was already there");
+/// }
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadSuccess {
     /// The loader loaded it (for `modprobe`: exited 0, which it also does
@@ -181,6 +219,19 @@ pub enum LoadSuccess {
 
 /// Why a load failed. [`LoadFailure::explanation`] says it in plain words,
 /// with the fix.
+///
+/// ```
+/// use ipvsctl::kmod::{Cause, Compression, LoadFailure};
+///
+/// let f = LoadFailure::FinitModule {
+///     path: "/tmp/ip_vs_rr.ko".into(),
+///     errno: 8,
+///     compression: Compression::None,
+///     cause: Cause::from_errno(8),
+/// };
+/// assert_eq!(f.to_string(), "finit_module(/tmp/ip_vs_rr.ko) failed: Exec format error (os error 8)");
+/// assert!(f.explanation().contains("load the modules on the host"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LoadFailure {
     /// No `modprobe` program was found.
@@ -302,6 +353,22 @@ impl LoadFailure {
 }
 
 /// The result of loading one module (or file).
+///
+/// Its `Display` gives the result, the explanation of a failure, and every
+/// step with the loader's output.
+///
+/// ```
+/// use ipvsctl::kmod::{self, Cause, Modprobe, ModuleName};
+///
+/// let out = kmod::modprobe(
+///     &ModuleName::new("ip_vs")?,
+///     &Modprobe { program: Some("/nonexistent/modprobe".into()) },
+/// );
+/// assert!(!out.is_ok());
+/// assert_eq!(out.result.as_ref().unwrap_err().cause(), Cause::ModprobeNotInstalled);
+/// assert!(out.to_string().contains("modprobe not installed"));
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOutcome {
     /// The module name, or the file name for [`finit_file`].

@@ -7,6 +7,13 @@ use std::path::{Path, PathBuf};
 use super::name::normalise;
 
 /// How a module file on disk is compressed, judged by its name.
+///
+/// ```
+/// use ipvsctl::kmod::{module_name_of_path, Compression};
+///
+/// let (_, c) = module_name_of_path("ip_vs.ko.xz").unwrap();
+/// assert_eq!((c, c.suffix()), (Compression::Xz, ".xz"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Compression {
     /// A plain `.ko`.
@@ -72,6 +79,15 @@ pub fn module_name_of_path(path: &str) -> Option<(String, Compression)> {
 }
 
 /// One line of `modules.dep`.
+///
+/// ```
+/// use ipvsctl::kmod::ModulesDep;
+///
+/// let dep = ModulesDep::parse("kernel/ip_vs_rr.ko: kernel/ip_vs.ko\n");
+/// let e = dep.get("ip-vs-rr").unwrap();
+/// assert_eq!((e.path.as_str(), e.line_number), ("kernel/ip_vs_rr.ko", 1));
+/// assert_eq!(e.deps, ["kernel/ip_vs.ko"]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DepEntry {
     /// Canonical module name.
@@ -90,6 +106,15 @@ pub struct DepEntry {
 }
 
 /// One module file in load order, dependencies first.
+///
+/// ```
+/// use ipvsctl::kmod::{Compression, ModulesDep};
+///
+/// let dep = ModulesDep::parse("kernel/ip_vs.ko.zst:\n");
+/// let files = dep.load_order("ip_vs", "/lib/modules/6.12.9".as_ref()).unwrap();
+/// assert_eq!(files[0].path, std::path::Path::new("/lib/modules/6.12.9/kernel/ip_vs.ko.zst"));
+/// assert_eq!(files[0].compression, Compression::Zstd);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModuleFile {
     /// Canonical module name.

@@ -11,6 +11,17 @@ pub const MAX_MODULE_NAME_LEN: usize = 55;
 
 /// Every scheduler shipped with the Linux kernel, by its IPVS name.
 ///
+/// ```
+/// use ipvsctl::kmod::{KERNEL_SCHEDULERS, Requirements};
+///
+/// let mut all = Requirements::empty();
+/// for s in KERNEL_SCHEDULERS {
+///     all = all.with_scheduler(s)?;
+/// }
+/// assert_eq!(all.len(), 14);
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
+///
 /// Each lives in the module `ip_vs_<name>`.
 pub const KERNEL_SCHEDULERS: [&str; 14] = [
     "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
@@ -144,6 +155,16 @@ impl AsRef<str> for ModuleName {
 }
 
 /// Why a module is on the list.
+///
+/// ```
+/// use ipvsctl::kmod::{Purpose, Requirements};
+///
+/// let req = Requirements::default();
+/// let purposes: Vec<String> = req.iter().map(|r| r.purpose.to_string()).collect();
+/// assert_eq!(purposes[0], "IPVS core");
+/// assert_eq!(purposes[1], "scheduler rr");
+/// assert!(matches!(req.iter().last().map(|r| &r.purpose), Some(Purpose::Conntrack)));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Purpose {
     /// `ip_vs` itself.
@@ -172,6 +193,16 @@ impl fmt::Display for Purpose {
 }
 
 /// One module on the list, with the reason it is there.
+///
+/// ```
+/// use ipvsctl::kmod::{Purpose, Requirements};
+///
+/// let req = Requirements::empty().with_persistence_engine("sip")?;
+/// let r = req.iter().next().unwrap();
+/// assert_eq!(r.module.as_str(), "ip_vs_pe_sip");
+/// assert_eq!(r.purpose, Purpose::PersistenceEngine("sip".into()));
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Requirement {
     /// The module.

@@ -28,6 +28,12 @@ pub const IPVS_FAMILY: &str = "IPVS";
 const REPLY_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A generic netlink family as the kernel's controller reported it.
+///
+/// ```no_run
+/// let f = ipvsctl::kmod::resolve_family("nlctrl")?.expect("the controller always exists");
+/// println!("{} id {} version {}", f.name, f.id, f.version);
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FamilyInfo {
     /// The family's name.
@@ -225,6 +231,17 @@ fn transact(socket: &Socket, request: &[u8], seq: u32) -> Result<(Vec<Vec<u8>>, 
 }
 
 /// What [`probe_scheduler`] found.
+///
+/// ```no_run
+/// use ipvsctl::kmod::{self, SchedulerProbe};
+///
+/// match kmod::probe_scheduler("mh")? {
+///     SchedulerProbe::Works { .. } => println!("mh works"),
+///     SchedulerProbe::FamilyAbsent => println!("no IPVS: {}", kmod::diagnose()),
+///     SchedulerProbe::Refused { explanation, .. } => println!("mh: {explanation}"),
+/// }
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SchedulerProbe {
     /// A test service with the scheduler was created (and deleted).

@@ -13,6 +13,16 @@ use super::roots::{CheckConfig, KernelRelease};
 ///
 /// `Display` prints one line per module (name, verdict, evidence) and a
 /// closing `IPVS usable: yes/no, because ...` line.
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let report = kmod::check_with(&Requirements::default(), &cfg);
+/// assert_eq!(report.modules.len(), 5);
+/// assert!(!report.all_present());
+/// assert!(report.to_string().lines().last().unwrap().starts_with("IPVS usable: no, because "));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
     /// The kernel release checked for.
@@ -26,6 +36,14 @@ pub struct Report {
 }
 
 /// What the functional probe found, kept in a [`Report`].
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, ProbeResult, Requirements, Roots};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg).with_probe(Ok(None));
+/// assert_eq!(report.probe, Some(ProbeResult::Absent));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeResult {
     /// The kernel resolved the IPVS generic netlink family.
@@ -53,6 +71,19 @@ impl fmt::Display for ProbeResult {
 }
 
 /// Whether IPVS can be used, and why.
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, FamilyInfo, Requirements, Roots};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let family = FamilyInfo { name: "IPVS".into(), id: 33, version: 1 };
+/// let u = kmod::check_with(&Requirements::ipvs_core(), &cfg)
+///     .with_probe(Ok(Some(family)))
+///     .usability();
+/// // The probe is the final word, even when the files disagree.
+/// assert!(u.usable && u.probed);
+/// assert!(u.to_string().starts_with("IPVS usable: yes, because the kernel resolved"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Usability {
     /// The answer.
@@ -245,6 +276,15 @@ impl fmt::Display for Report {
 
 /// A short explanation of why IPVS is unavailable, with the report behind
 /// it. Its `Display` is the one-line summary.
+///
+/// ```
+/// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
+///
+/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let d = kmod::check_with(&Requirements::ipvs_core(), &cfg).diagnosis();
+/// assert_eq!(d.to_string(), d.summary);
+/// assert_eq!(d.report.modules.len(), 1);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnosis {
     /// One line, e.g. `IPVS unavailable: ip_vs is missing: no modules

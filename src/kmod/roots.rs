@@ -112,6 +112,14 @@ pub(crate) fn valid_release(r: &str) -> bool {
 }
 
 /// The kernel release a check is for.
+///
+/// ```
+/// use ipvsctl::kmod::{CheckConfig, ReleaseSource};
+///
+/// let cfg = CheckConfig { release: Some("6.1.0-18-amd64".into()), ..CheckConfig::default() };
+/// let r = cfg.kernel_release();
+/// assert_eq!((r.release.as_str(), r.source), ("6.1.0-18-amd64", ReleaseSource::Caller));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelRelease {
     /// For example `6.1.0-18-amd64`.
