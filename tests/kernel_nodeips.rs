@@ -2,10 +2,11 @@
 //! fresh network namespace with `ip`, then resolves node IPs there through
 //! `NetNs` and compares with exactly the expected addresses.
 //!
-//! Needs root, `ip` (iproute2) and dummy + veth interfaces: run inside the VM
-//! (`cargo test --test kernel_nodeips`, the cargo runner boots it). Where the
-//! kernel has no dummy driver, `ifb` devices stand in for dummies (same role:
-//! a named interface that holds addresses and is up without a peer).
+//! Needs root, `ip` (iproute2) and dummy + veth interfaces: the cargo runner
+//! runs this binary inside the VM (`cargo test --test kernel_nodeips`). Where
+//! the kernel has no dummy driver, `ifb` devices stand in for dummies (same
+//! role: a named interface that holds addresses and is up without a peer).
+//! IPVS itself is not needed.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -16,88 +17,9 @@ use ipvsctl::nodeips::{
     self, AddressVerdict, Family, InterfaceVerdict, NodeIpsError, Options, Report,
 };
 
-mod local_support {
-    //! A fresh named network namespace per test, deleted on drop.
-    //! (Mirrors the shared `tests/support` helper's interface.)
+mod support;
 
-    use std::path::PathBuf;
-    use std::process::{Command, Output};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-
-    pub struct TestNetns {
-        name: String,
-    }
-
-    impl TestNetns {
-        pub fn new() -> Self {
-            let name = format!(
-                "ipvsctl-nip-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            );
-            let ns = TestNetns { name };
-            run_ok(Command::new("ip").args(["netns", "add", &ns.name]));
-            ns.run("ip", &["link", "set", "lo", "up"]);
-            ns
-        }
-
-        pub fn name(&self) -> &str {
-            &self.name
-        }
-
-        #[allow(dead_code)]
-        pub fn path(&self) -> PathBuf {
-            PathBuf::from("/run/netns").join(&self.name)
-        }
-
-        /// Runs `cmd args` inside the namespace; panics with its stderr on failure.
-        pub fn run(&self, cmd: &str, args: &[&str]) -> Output {
-            run_ok(
-                Command::new("ip")
-                    .args(["netns", "exec", &self.name, cmd])
-                    .args(args),
-            )
-        }
-
-        /// Like `run` but returns failure instead of panicking.
-        pub fn try_run(&self, cmd: &str, args: &[&str]) -> Result<Output, String> {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &self.name, cmd])
-                .args(args)
-                .output()
-                .map_err(|e| format!("{cmd}: {e}"))?;
-            if out.status.success() {
-                Ok(out)
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
-        }
-    }
-
-    impl Drop for TestNetns {
-        fn drop(&mut self) {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.name])
-                .output();
-        }
-    }
-
-    fn run_ok(cmd: &mut Command) -> Output {
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-        assert!(
-            out.status.success(),
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-}
-
-use local_support::TestNetns;
+use support::TestNetns;
 
 /// Runs `ip ARGS` (split on whitespace) in the namespace.
 fn ip(ns: &TestNetns, args: &str) {
@@ -174,7 +96,7 @@ fn wait_for_addr_state(ns: &TestNetns, iface: &str, needle: &str, timeout: Durat
     let start = Instant::now();
     while start.elapsed() < timeout {
         let out = ns.run("ip", &["-6", "addr", "show", "dev", iface]);
-        if String::from_utf8_lossy(&out.stdout).contains(needle) {
+        if out.contains(needle) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -512,7 +434,7 @@ fn secondary_addresses_count() {
     let ns = TestNetns::new();
     up_with(&ns, "ens3", &["10.1.0.1/24", "10.1.0.2/24", "10.1.0.3/24"]);
     let out = ns.run("ip", &["-4", "addr", "show", "dev", "ens3"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("secondary"));
+    assert!(out.contains("secondary"), "{out}");
     assert_eq!(
         resolve(&opts(&ns)),
         addr_set(&["10.1.0.1", "10.1.0.2", "10.1.0.3"])
