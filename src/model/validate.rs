@@ -68,6 +68,15 @@ pub enum ValidationError {
         /// The weight given.
         weight: u32,
     },
+    /// A connection threshold above `i32::MAX` (the kernel answers EINVAL,
+    /// ipvsadm says "illegal u_threshold specified").
+    #[error("{field}: {value} is above the kernel's limit {}", i32::MAX)]
+    ThresholdOutOfRange {
+        /// Which threshold.
+        field: &'static str,
+        /// The value given.
+        value: u32,
+    },
     /// A lower threshold above the upper one (the kernel answers ERANGE,
     /// including when the upper threshold is 0).
     #[error("thresholds: lower threshold {lower} is above upper threshold {upper}")]
@@ -201,6 +210,14 @@ impl RealServer {
             return Err(ValidationError::WeightOutOfRange {
                 weight: self.weight,
             });
+        }
+        for (field, value) in [
+            ("upper threshold", self.upper_threshold),
+            ("lower threshold", self.lower_threshold),
+        ] {
+            if value > i32::MAX as u32 {
+                return Err(ValidationError::ThresholdOutOfRange { field, value });
+            }
         }
         if self.lower_threshold > self.upper_threshold {
             return Err(ValidationError::ThresholdsInverted {
@@ -393,6 +410,10 @@ mod tests {
             Err(ValidationError::ThresholdsInverted { .. })
         ));
         assert_eq!(rs.with_thresholds(20, 10).validate(), Ok(()));
+        assert!(matches!(
+            rs.with_thresholds(1 << 31, 0).validate(),
+            Err(ValidationError::ThresholdOutOfRange { field: "upper threshold", .. })
+        ));
         let gue0 = rs.with_forward(ForwardMethod::Tunnel(Tunnel::gue(0)));
         assert_eq!(gue0.validate(), Err(ValidationError::GueWithoutPort));
         assert_eq!(

@@ -130,8 +130,8 @@ pub fn real_server(family: AddressFamily) -> impl Strategy<Value = RealServer> {
             ip_of(fam),
             any::<u16>(),
             0..=i32::MAX as u32,
-            any::<u32>(),
-            any::<u32>(),
+            0..=i32::MAX as u32,
+            0..=i32::MAX as u32,
         )
             .prop_map(move |(ip, port, weight, a, b)| RealServer {
                 addr: SocketAddr::new(ip, port),
