@@ -8,7 +8,7 @@
 //! * [`codec`] — model ⇄ generic-netlink messages, pure (sans-IO).
 //! * [`netlink`] — the socket: family resolution, sequence numbers, batching, namespaces.
 //! * `handle` — the public operations built from codec + netlink.
-//! * `sync` — plan (pure diff) and apply (executor) for bulk reconciliation.
+//! * [`sync`] — plan (pure diff) and apply (executor) for bulk reconciliation.
 //! * [`nodeips`], [`kmod`] — host-facing helpers.
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
@@ -19,6 +19,7 @@ pub mod kmod;
 pub mod model;
 pub mod netlink;
 pub mod nodeips;
+pub mod sync;
 
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
 pub use netlink::netns::NetNs;

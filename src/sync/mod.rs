@@ -1,0 +1,70 @@
+//! Bulk sync: make the kernel's IPVS table equal to a desired state, fast.
+//!
+//! A service proxy's core loop is "make IPVS equal to this set of services,
+//! each with its real servers". This module splits that into:
+//!
+//! * [`DesiredState`] — the complete set of services the caller owns, each
+//!   with its real servers, validated on insertion;
+//! * [`Observed`] — the kernel's state as read, or as remembered from what
+//!   was applied and acknowledged;
+//! * [`plan()`] — pure code: the ordered [`Op`](crate::Op)s (service adds
+//!   and updates before their real servers, service deletes last) that turn
+//!   the managed part of the observed state into the desired one, within a
+//!   [`Scope`], with optional graceful termination ([`PlanOptions`]);
+//! * [`Syncer`] — reads (or trusts its memory, see [`Verify`]), plans,
+//!   applies pipelined through [`Handle::apply_with`](crate::Handle::apply_with),
+//!   remembers what the kernel acknowledged, self-heals when the kernel
+//!   disagrees, and reports every count and failure ([`SyncReport`]).
+//!
+//! # Scope
+//!
+//! A sync never touches a service outside its [`Scope`]: by default only the
+//! services it has been given, so keepalived, Docker or another proxy can
+//! share the namespace. [`Scope::Filter`] adds a predicate (a service
+//! address range, a firewall-mark range) and [`Scope::All`] claims the whole
+//! namespace.
+//!
+//! # Cost
+//!
+//! Reading every real server back costs about as much as writing them, so a
+//! syncer remembers what it applied: [`Verify::Services`] checks the service
+//! table with one dump and trusts remembered real servers, [`Verify::Full`]
+//! reads everything and repairs any drift (run it on a schedule), and
+//! [`Verify::None`] reads nothing. See the README's "Performance" section for
+//! measured figures.
+//!
+//! ```no_run
+//! use ipvsctl::Handle;
+//! use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
+//! use ipvsctl::sync::{DesiredState, Scope, SyncOptions, Syncer, Verify};
+//!
+//! let handle = Handle::new()?;
+//! let mut syncer = Syncer::with_options(&handle, SyncOptions {
+//!     scope: Scope::Owned,
+//!     ..SyncOptions::default()
+//! });
+//! let mut desired = DesiredState::new();
+//! for i in 0..100u8 {
+//!     let key = ServiceKey::tcp(format!("10.96.0.{i}:80").parse().unwrap());
+//!     let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+//!     let rs = (1..=3u8).map(|j| RealServer::new(format!("10.244.{i}.{j}:8080").parse().unwrap()));
+//!     desired.insert(vs, rs)?;
+//! }
+//! let report = syncer.sync(&desired, Verify::Services)?;
+//! println!("{} services added, {} writes", report.services.added, report.writes_sent);
+//! // Later: nothing changed, one service dump, no writes.
+//! let report = syncer.sync(&desired, Verify::Services)?;
+//! assert_eq!(report.writes_sent, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod plan;
+mod read;
+mod state;
+mod syncer;
+
+pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan};
+pub use state::{
+    DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
+};
+pub use syncer::{SyncFailure, SyncOptions, SyncReport, Syncer, Verify};

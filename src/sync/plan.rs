@@ -1,0 +1,294 @@
+//! The plan: pure code that turns (desired, observed, scope, options) into
+//! the ordered write operations that make the kernel equal the desired state.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
+use crate::Op;
+use crate::model::{Protocol, RealServer, ServiceKey};
+
+/// Which services of the namespace a sync manages.
+///
+/// Services in the desired state are always managed. Scope decides which
+/// *other* services a sync may delete: everything outside it is never read
+/// in full, changed or deleted, so keepalived, Docker or a second proxy can
+/// share the namespace.
+#[derive(Clone, Default)]
+pub enum Scope {
+    /// The safe default: only services this syncer has been given in a
+    /// desired state before (and therefore created or took over). A new
+    /// syncer (a restarted process) owns nothing until it is given keys, so
+    /// services that left the desired state while it was not running are
+    /// left alone; use [`Scope::Filter`] to clean those up.
+    #[default]
+    Owned,
+    /// Services this syncer owned (as [`Scope::Owned`]) and every service
+    /// the predicate accepts (for example an address range, a port range or
+    /// a firewall-mark range reserved for the caller).
+    Filter(Arc<dyn Fn(&ServiceKey) -> bool + Send + Sync>),
+    /// Every service in the namespace: for a namespace the caller owns
+    /// entirely. Anything not desired is deleted.
+    All,
+}
+
+impl Scope {
+    /// A [`Scope::Filter`] from a closure.
+    ///
+    /// ```
+    /// use ipvsctl::model::ServiceKey;
+    /// use ipvsctl::sync::Scope;
+    /// use std::collections::HashSet;
+    /// // Everything in the 10.96.0.0/12 service range.
+    /// let scope = Scope::filter(|key: &ServiceKey| match key {
+    ///     ServiceKey::Addr { addr, .. } => matches!(addr.ip(),
+    ///         std::net::IpAddr::V4(ip) if ip.octets()[0] == 10 && ip.octets()[1] & 0xf0 == 96),
+    ///     ServiceKey::FwMark { .. } => false,
+    /// });
+    /// let key = ServiceKey::tcp("10.96.3.4:80".parse().unwrap());
+    /// assert!(scope.includes(&key, &HashSet::new()));
+    /// ```
+    pub fn filter(f: impl Fn(&ServiceKey) -> bool + Send + Sync + 'static) -> Self {
+        Scope::Filter(Arc::new(f))
+    }
+
+    /// Whether a service that is not desired is managed (may be deleted),
+    /// given the keys the syncer owns.
+    pub fn includes(&self, key: &ServiceKey, owned: &HashSet<ServiceKey>) -> bool {
+        match self {
+            Scope::Owned => owned.contains(key),
+            Scope::Filter(f) => owned.contains(key) || f(key),
+            Scope::All => true,
+        }
+    }
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Owned => f.write_str("Owned"),
+            Scope::Filter(_) => f.write_str("Filter(..)"),
+            Scope::All => f.write_str("All"),
+        }
+    }
+}
+
+/// Options of a plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Graceful termination, as kube-proxy does it: a real server that left
+    /// the desired state is first set to weight 0 and deleted only once its
+    /// active and inactive connection counts are both 0, on a later sync.
+    /// Applies to every service except UDP ones (UDP has no connection state
+    /// worth draining; its real servers are deleted at once). Real servers
+    /// of a service that left the desired state go with the service.
+    pub graceful_termination: bool,
+}
+
+/// Counts for one kind of object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Added.
+    pub added: usize,
+    /// Changed.
+    pub updated: usize,
+    /// Deleted.
+    pub deleted: usize,
+    /// Already as desired.
+    pub unchanged: usize,
+}
+
+impl Counts {
+    /// Operations counted (added + updated + deleted).
+    pub fn changes(&self) -> usize {
+        self.added + self.updated + self.deleted
+    }
+}
+
+/// What a plan does, by kind of object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanCounts {
+    /// Virtual servers. `deleted` counts managed services that are not
+    /// desired (their real servers go with them and are not counted).
+    pub services: Counts,
+    /// Real servers. `updated` includes those set to weight 0 to drain.
+    pub destinations: Counts,
+    /// Real servers set to weight 0 by this plan (graceful termination;
+    /// also counted in `destinations.updated`).
+    pub drain_started: usize,
+    /// Real servers left in place at weight 0 until their connections end
+    /// (graceful termination; not counted elsewhere).
+    pub draining: usize,
+}
+
+/// The ordered write operations of a sync, and their counts.
+///
+/// Order: for each desired service in insertion order, its add or update,
+/// then its real servers' deletes (and drains), updates and adds; then the
+/// deletes of managed services that are not desired, sorted by key. A
+/// service is thus always created before its real servers, and pipelining
+/// the plan in order is safe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The operations, in the order they must be sent.
+    pub ops: Vec<Op>,
+    /// What they do.
+    pub counts: PlanCounts,
+}
+
+impl Plan {
+    /// Whether the plan does nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Computes the plan that makes the managed part of `observed` equal to
+/// `desired`.
+///
+/// Managed services are those in `desired` and those of `observed` that
+/// `scope` includes given `owned`; every other service of `observed` is
+/// left untouched. Pure: no I/O.
+///
+/// ```
+/// use std::collections::HashSet;
+/// use ipvsctl::Op;
+/// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+/// use ipvsctl::sync::{self, DesiredState, Observed, PlanOptions, Scope};
+///
+/// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+/// let rs = RealServer::new("10.244.0.2:6443".parse().unwrap());
+/// let mut desired = DesiredState::new();
+/// desired.insert(VirtualServer::new(key), [rs]).unwrap();
+/// let plan = sync::plan(&desired, &Observed::new(), &Scope::Owned, &HashSet::new(),
+///                       PlanOptions::default());
+/// assert_eq!(plan.ops, vec![Op::AddService(VirtualServer::new(key)), Op::AddDestination(key, rs)]);
+/// ```
+pub fn plan(
+    desired: &DesiredState,
+    observed: &Observed,
+    scope: &Scope,
+    owned: &HashSet<ServiceKey>,
+    options: PlanOptions,
+) -> Plan {
+    let mut p = Plan::default();
+    for ds in desired.services() {
+        let vs = ds.service();
+        let key = vs.key;
+        match observed.get(&key) {
+            None => {
+                p.ops.push(Op::AddService(vs.clone()));
+                p.counts.services.added += 1;
+                for rs in ds.destinations() {
+                    p.ops.push(Op::AddDestination(key, *rs));
+                }
+                p.counts.destinations.added += ds.destinations().len();
+            }
+            Some(os) => {
+                if os.service == *vs {
+                    p.counts.services.unchanged += 1;
+                } else {
+                    p.ops.push(Op::UpdateService(vs.clone()));
+                    p.counts.services.updated += 1;
+                }
+                diff_dests(&mut p, key, ds.destinations(), os, options);
+            }
+        }
+    }
+    let mut gone: Vec<ServiceKey> = observed
+        .keys()
+        .filter(|k| !desired.contains(k) && scope.includes(k, owned))
+        .copied()
+        .collect();
+    gone.sort_unstable();
+    p.counts.services.deleted = gone.len();
+    p.ops.extend(gone.into_iter().map(Op::DeleteService));
+    p
+}
+
+/// Whether real servers of this service drain before deletion.
+fn drains(key: &ServiceKey, options: PlanOptions) -> bool {
+    options.graceful_termination
+        && !matches!(
+            key,
+            ServiceKey::Addr {
+                protocol: Protocol::Udp,
+                ..
+            }
+        )
+}
+
+/// Merge-joins the sorted desired and observed real servers of one service.
+fn diff_dests(
+    p: &mut Plan,
+    key: ServiceKey,
+    want: &[RealServer],
+    have: &ObservedService,
+    options: PlanOptions,
+) {
+    let have = have.destinations();
+    let (mut updates, mut adds) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < want.len() || j < have.len() {
+        let w = want.get(i);
+        let h = have.get(j);
+        match (w, h) {
+            (Some(w), Some(h)) if w.addr == h.server.addr => {
+                if *w == h.server {
+                    p.counts.destinations.unchanged += 1;
+                } else {
+                    updates.push(Op::UpdateDestination(key, *w));
+                    p.counts.destinations.updated += 1;
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(w), Some(h)) if w.addr < h.server.addr => {
+                adds.push(Op::AddDestination(key, *w));
+                p.counts.destinations.added += 1;
+                i += 1;
+            }
+            (Some(w), None) => {
+                adds.push(Op::AddDestination(key, *w));
+                p.counts.destinations.added += 1;
+                i += 1;
+            }
+            (_, Some(h)) => {
+                remove_dest(p, key, h, options);
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    p.ops.append(&mut updates);
+    p.ops.append(&mut adds);
+}
+
+/// A real server that is not desired: delete it, or drain it first.
+fn remove_dest(p: &mut Plan, key: ServiceKey, h: &ObservedDest, options: PlanOptions) {
+    if !drains(&key, options) {
+        p.ops.push(Op::DeleteDestination(key, h.server.addr));
+        p.counts.destinations.deleted += 1;
+        return;
+    }
+    let idle = h.conns.is_some_and(|c| c.active == 0 && c.inactive == 0);
+    if idle {
+        p.ops.push(Op::DeleteDestination(key, h.server.addr));
+        p.counts.destinations.deleted += 1;
+    } else if h.server.weight != 0 {
+        p.ops.push(Op::UpdateDestination(
+            key,
+            RealServer {
+                weight: 0,
+                ..h.server
+            },
+        ));
+        p.counts.destinations.updated += 1;
+        p.counts.drain_started += 1;
+    } else {
+        // Weight 0 already, connections still open (or counts unknown until
+        // the next read): leave it until a later sync finds it idle.
+        p.counts.draining += 1;
+    }
+}

@@ -1,0 +1,167 @@
+//! Reading the kernel's state for a sync: one service dump, real-server dumps
+//! streamed through one exchange per socket (optionally several sockets in
+//! parallel), and pipelined single-service lookups.
+
+use crate::codec::{reply, request};
+use crate::handle::{Request, Target, describe};
+use crate::model::{ServiceKey, VirtualServer};
+use crate::netlink::Kind;
+use crate::{Error, Handle, Result};
+
+use super::state::ObservedDest;
+
+/// Every virtual server of the namespace (one dump).
+pub(crate) fn services(handle: &Handle) -> Result<Vec<VirtualServer>> {
+    Ok(handle
+        .list_services()?
+        .into_iter()
+        .map(|s| s.service)
+        .collect())
+}
+
+/// The real servers of each service in `keys`, in the same order, one dump
+/// per service. With several handles the keys are split between them and
+/// read in parallel threads.
+///
+/// An empty dump is an empty list: the caller has just seen the service in a
+/// service dump, and a service deleted in between is found by the next sync.
+pub(crate) fn destinations(
+    handles: &[&Handle],
+    keys: &[ServiceKey],
+) -> Result<Vec<Vec<ObservedDest>>> {
+    let parts = handles.len().clamp(1, keys.len().max(1));
+    if parts <= 1 || keys.len() < 64 {
+        let Some(first) = handles.first() else {
+            return Err(Error::Lost {
+                op: "list real servers (no socket)".into(),
+            });
+        };
+        return destinations_one(first, keys);
+    }
+    let per = keys.len().div_ceil(parts);
+    let results: Vec<Result<Vec<Vec<ObservedDest>>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = keys
+            .chunks(per)
+            .zip(handles.iter())
+            .map(|(chunk, h)| s.spawn(move || destinations_one(h, chunk)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| match w.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(keys.len());
+    for r in results {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
+fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<ObservedDest>>> {
+    let mut out: Vec<Option<Result<Vec<ObservedDest>>>> = (0..keys.len()).map(|_| None).collect();
+    let mut invalid = None;
+    let requests =
+        keys.iter()
+            .enumerate()
+            .filter_map(|(index, key)| match request::dump_dests(key) {
+                Ok(msg) => Some(Request {
+                    index,
+                    msg,
+                    kind: Kind::Dump,
+                    target: Target::Service(*key),
+                }),
+                Err(e) => {
+                    invalid.get_or_insert(Error::from(e));
+                    None
+                }
+            });
+    handle.run(requests, |index, r| {
+        let Some(key) = keys.get(index) else { return };
+        let decoded = r.and_then(|data| {
+            data.into_iter()
+                .map(|m| {
+                    reply::destination(m, key.family())
+                        .map(ObservedDest::from)
+                        .map_err(|source| Error::Decode {
+                            op: format!("list real servers of {key}"),
+                            source,
+                        })
+                })
+                .collect()
+        });
+        if let Some(slot) = out.get_mut(index) {
+            *slot = Some(decoded);
+        }
+    })?;
+    if let Some(e) = invalid {
+        return Err(e);
+    }
+    out.into_iter()
+        .zip(keys)
+        .map(|(r, key)| {
+            r.unwrap_or_else(|| {
+                Err(Error::Lost {
+                    op: format!("list real servers of {key}"),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a
+/// service that does not exist.
+pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
+    let mut out: Vec<Option<Result<Option<VirtualServer>>>> =
+        (0..keys.len()).map(|_| None).collect();
+    let mut invalid = None;
+    let requests =
+        keys.iter()
+            .enumerate()
+            .filter_map(|(index, key)| match request::get_service(key) {
+                Ok(msg) => Some(Request {
+                    index,
+                    msg,
+                    kind: Kind::Ack,
+                    target: Target::Service(*key),
+                }),
+                Err(e) => {
+                    invalid.get_or_insert(Error::from(e));
+                    None
+                }
+            });
+    handle.run(requests, |index, r| {
+        let Some(key) = keys.get(index) else { return };
+        let decoded = match r {
+            Err(Error::ServiceNotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+            Ok(data) => match data.into_iter().next() {
+                None => Ok(None),
+                Some(m) => reply::service(m)
+                    .map(|s| Some(s.service))
+                    .map_err(|source| Error::Decode {
+                        op: describe(crate::codec::IpvsCmd::GetService, &Target::Service(*key)),
+                        source,
+                    }),
+            },
+        };
+        if let Some(slot) = out.get_mut(index) {
+            *slot = Some(decoded);
+        }
+    })?;
+    if let Some(e) = invalid {
+        return Err(e);
+    }
+    out.into_iter()
+        .zip(keys)
+        .map(|(r, key)| {
+            r.unwrap_or_else(|| {
+                Err(Error::Lost {
+                    op: format!("get virtual server {key}"),
+                })
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,500 @@
+//! Pure tests of the sync plan: applying the plan to the observed state, in
+//! order, yields the desired state within scope and leaves everything out of
+//! scope untouched. No kernel.
+
+mod strategies;
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+
+use ipvsctl::Op;
+use ipvsctl::model::{ConnCounts, RealServer, ServiceKey, VirtualServer};
+use ipvsctl::sync::{
+    self, DesiredError, DesiredState, Observed, ObservedDest, ObservedService, PlanOptions, Scope,
+};
+use proptest::prelude::*;
+
+/// A plain model of the kernel's table: what the plan's ops do to it. Every
+/// op must make sense where it stands (the service exists before its real
+/// servers are added, nothing is added twice or deleted when absent).
+type Table = BTreeMap<ServiceKey, (VirtualServer, BTreeMap<SocketAddr, RealServer>)>;
+
+fn table_of(o: &Observed) -> Table {
+    o.services()
+        .map(|s| {
+            (
+                s.service.key,
+                (
+                    s.service.clone(),
+                    s.destinations()
+                        .iter()
+                        .map(|d| (d.server.addr, d.server))
+                        .collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn table_of_desired(d: &DesiredState) -> Table {
+    d.services()
+        .iter()
+        .map(|s| {
+            (
+                s.service().key,
+                (
+                    s.service().clone(),
+                    s.destinations().iter().map(|r| (r.addr, *r)).collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn simulate(mut t: Table, ops: &[Op]) -> Result<Table, String> {
+    for op in ops {
+        match op {
+            Op::AddService(vs) => {
+                if t.insert(vs.key, (vs.clone(), BTreeMap::new())).is_some() {
+                    return Err(format!("{op:?}: service exists"));
+                }
+            }
+            Op::UpdateService(vs) => {
+                let s = t.get_mut(&vs.key).ok_or(format!("{op:?}: no service"))?;
+                if s.0 == *vs {
+                    return Err(format!("{op:?}: update that changes nothing"));
+                }
+                s.0 = vs.clone();
+            }
+            Op::DeleteService(k) => {
+                t.remove(k).ok_or(format!("{op:?}: no service"))?;
+            }
+            Op::AddDestination(k, rs) => {
+                let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
+                if s.1.insert(rs.addr, *rs).is_some() {
+                    return Err(format!("{op:?}: real server exists"));
+                }
+            }
+            Op::UpdateDestination(k, rs) => {
+                let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
+                let d = s.1.get_mut(&rs.addr).ok_or(format!("{op:?}: no server"))?;
+                if *d == *rs {
+                    return Err(format!("{op:?}: update that changes nothing"));
+                }
+                *d = *rs;
+            }
+            Op::DeleteDestination(k, a) => {
+                let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
+                s.1.remove(a).ok_or(format!("{op:?}: no server"))?;
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// One service key with a desired and an observed version (either may be
+/// absent), real servers drawn from one pool so that they overlap.
+#[derive(Debug, Clone)]
+struct Case {
+    desired: Option<(VirtualServer, Vec<RealServer>)>,
+    observed: Option<(VirtualServer, Vec<ObservedDest>)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    strategies::virtual_server(true).prop_flat_map(|vs| {
+        let fam = vs.family();
+        (
+            Just(vs),
+            proptest::collection::vec(strategies::real_server(fam), 0..6),
+            proptest::collection::vec((any::<bool>(), any::<bool>(), 0u8..4, 0u8..3), 6),
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(vs, pool, picks, presence, cfg_differs, _)| {
+                let mut seen = HashSet::new();
+                let pool: Vec<RealServer> =
+                    pool.into_iter().filter(|r| seen.insert(r.addr)).collect();
+                let mut want = Vec::new();
+                let mut have = Vec::new();
+                for (rs, (in_want, in_have, change, conns)) in pool.iter().zip(picks) {
+                    if in_want {
+                        want.push(*rs);
+                    }
+                    if in_have {
+                        let mut h = *rs;
+                        match change {
+                            1 => h.weight = h.weight.wrapping_add(1) % (i32::MAX as u32),
+                            2 => h.weight = 0,
+                            _ => {}
+                        }
+                        have.push(ObservedDest {
+                            server: h,
+                            conns: match conns {
+                                0 => None,
+                                1 => Some(ConnCounts::default()),
+                                _ => Some(ConnCounts {
+                                    active: 3,
+                                    inactive: 1,
+                                    persistent: 0,
+                                }),
+                            },
+                        });
+                    }
+                }
+                let mut observed_vs = vs.clone();
+                if cfg_differs {
+                    observed_vs.timeout = if vs.timeout == 0 { 7 } else { 0 };
+                }
+                Case {
+                    desired: (presence != 1).then(|| (vs.clone(), want)),
+                    observed: (presence != 0).then(|| (observed_vs, have)),
+                }
+            })
+    })
+}
+
+fn cases() -> impl Strategy<Value = Vec<Case>> {
+    proptest::collection::vec(case(), 0..10).prop_map(|v| {
+        let mut seen = HashSet::new();
+        v.into_iter()
+            .filter(|c| {
+                let key = c
+                    .desired
+                    .as_ref()
+                    .map(|d| d.0.key)
+                    .or(c.observed.as_ref().map(|o| o.0.key));
+                key.is_some_and(|k| seen.insert(k))
+            })
+            .collect()
+    })
+}
+
+fn build(cases: &[Case]) -> (DesiredState, Observed) {
+    let mut d = DesiredState::new();
+    let mut o = Observed::new();
+    for c in cases {
+        if let Some((vs, rs)) = &c.desired {
+            d.insert(vs.clone(), rs.iter().copied())
+                .expect("valid by construction");
+        }
+        if let Some((vs, ds)) = &c.observed {
+            o.insert(ObservedService::new(vs.clone(), ds.iter().copied()));
+        }
+    }
+    (d, o)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Scope::All: the plan turns the observed table into the desired one
+    /// exactly, and planning again from the result does nothing.
+    #[test]
+    fn plan_reaches_desired_state(cases in cases()) {
+        let (desired, observed) = build(&cases);
+        let p = sync::plan(&desired, &observed, &Scope::All, &HashSet::new(), PlanOptions::default());
+        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(&after, &table_of_desired(&desired));
+        prop_assert_eq!(p.ops.len(), p.counts.services.changes() + p.counts.destinations.changes());
+        // Idempotent: the desired state observed needs nothing.
+        let mut again = Observed::new();
+        for s in desired.services() {
+            again.insert(ObservedService::new(
+                s.service().clone(),
+                s.destinations().iter().map(|r| ObservedDest { server: *r, conns: None }),
+            ));
+        }
+        let p2 = sync::plan(&desired, &again, &Scope::All, &HashSet::new(), PlanOptions::default());
+        prop_assert!(p2.is_empty(), "{:?}", p2.ops);
+        prop_assert_eq!(p2.counts.services.unchanged, desired.len());
+        prop_assert_eq!(p2.counts.destinations.unchanged, desired.destination_count());
+    }
+
+    /// Scope::Owned with nothing owned: desired services reach their state;
+    /// every other observed service is untouched (no op names it).
+    #[test]
+    fn out_of_scope_is_untouched(cases in cases(), owned_mask in any::<u16>()) {
+        let (desired, observed) = build(&cases);
+        // Own some of the observed-only services.
+        let mut owned = HashSet::new();
+        for (i, k) in observed.keys().filter(|k| !desired.contains(k)).enumerate() {
+            if owned_mask & (1 << (i % 16)) != 0 {
+                owned.insert(*k);
+            }
+        }
+        let p = sync::plan(&desired, &observed, &Scope::Owned, &owned, PlanOptions::default());
+        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        let mut expected = table_of_desired(&desired);
+        for (k, v) in table_of(&observed) {
+            if !desired.contains(&k) && !owned.contains(&k) {
+                expected.insert(k, v);
+            }
+        }
+        prop_assert_eq!(after, expected);
+        for op in &p.ops {
+            let k = match op {
+                Op::AddService(vs) | Op::UpdateService(vs) => vs.key,
+                Op::DeleteService(k) | Op::AddDestination(k, _)
+                | Op::UpdateDestination(k, _) | Op::DeleteDestination(k, _) => *k,
+            };
+            prop_assert!(desired.contains(&k) || owned.contains(&k), "{:?} touches a foreign service", op);
+        }
+    }
+
+    /// A filter scope deletes exactly the undesired services it accepts.
+    #[test]
+    fn filter_scope(cases in cases()) {
+        let (desired, observed) = build(&cases);
+        let scope = Scope::filter(|k: &ServiceKey| matches!(k, ServiceKey::FwMark { .. }));
+        let p = sync::plan(&desired, &observed, &scope, &HashSet::new(), PlanOptions::default());
+        let deleted: HashSet<ServiceKey> = p.ops.iter().filter_map(|op| match op {
+            Op::DeleteService(k) => Some(*k),
+            _ => None,
+        }).collect();
+        let expected: HashSet<ServiceKey> = observed.keys()
+            .filter(|k| !desired.contains(k) && matches!(k, ServiceKey::FwMark { .. }))
+            .copied().collect();
+        prop_assert_eq!(deleted, expected);
+    }
+
+    /// Graceful termination: an undesired real server of a non-UDP service
+    /// is deleted only when known idle; otherwise set to weight 0 (once) and
+    /// kept. Everything else reaches the desired state.
+    #[test]
+    fn graceful_termination(cases in cases()) {
+        let (desired, observed) = build(&cases);
+        let opts = PlanOptions { graceful_termination: true };
+        let p = sync::plan(&desired, &observed, &Scope::All, &HashSet::new(), opts);
+        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        let mut draining = 0;
+        for (k, (vs, dests)) in &after {
+            let Some(ds) = desired.get(k) else {
+                return Err(TestCaseError::fail(format!("{k} not desired but kept")));
+            };
+            prop_assert_eq!(vs, ds.service());
+            let udp = matches!(k, ServiceKey::Addr { protocol: ipvsctl::model::Protocol::Udp, .. });
+            for (addr, rs) in dests {
+                match ds.destinations().iter().find(|r| r.addr == *addr) {
+                    Some(want) => prop_assert_eq!(rs, want),
+                    None => {
+                        prop_assert!(!udp, "UDP real server {} kept", addr);
+                        prop_assert_eq!(rs.weight, 0);
+                        let conns = observed.get(k).and_then(|s| s.destination(addr)).and_then(|d| d.conns);
+                        prop_assert!(conns != Some(ConnCounts::default()), "idle {} kept", addr);
+                        draining += 1;
+                    }
+                }
+            }
+            for want in ds.destinations() {
+                prop_assert_eq!(dests.get(&want.addr), Some(want));
+            }
+        }
+        prop_assert_eq!(draining, p.counts.draining + p.counts.drain_started);
+    }
+}
+
+#[test]
+fn order_is_service_then_destinations_then_deletes() {
+    let k1 = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+    let k2 = ServiceKey::tcp("10.96.0.2:80".parse().unwrap());
+    let gone = ServiceKey::udp("10.96.0.3:53".parse().unwrap());
+    let a: SocketAddr = "10.244.0.1:80".parse().unwrap();
+    let b: SocketAddr = "10.244.0.2:80".parse().unwrap();
+    let mut desired = DesiredState::new();
+    desired
+        .insert(
+            VirtualServer::new(k1),
+            [RealServer::new(a), RealServer::new(b)],
+        )
+        .unwrap();
+    desired
+        .insert(VirtualServer::new(k2), [RealServer::new(b).with_weight(5)])
+        .unwrap();
+    let mut observed = Observed::new();
+    observed.insert(ObservedService::new(
+        VirtualServer::new(k2),
+        [
+            ObservedDest {
+                server: RealServer::new(a),
+                conns: None,
+            },
+            ObservedDest {
+                server: RealServer::new(b),
+                conns: None,
+            },
+        ],
+    ));
+    observed.insert(ObservedService::new(VirtualServer::new(gone), []));
+    let p = sync::plan(
+        &desired,
+        &observed,
+        &Scope::All,
+        &HashSet::new(),
+        PlanOptions::default(),
+    );
+    assert_eq!(
+        p.ops,
+        vec![
+            Op::AddService(VirtualServer::new(k1)),
+            Op::AddDestination(k1, RealServer::new(a)),
+            Op::AddDestination(k1, RealServer::new(b)),
+            Op::DeleteDestination(k2, a),
+            Op::UpdateDestination(k2, RealServer::new(b).with_weight(5)),
+            Op::DeleteService(gone),
+        ]
+    );
+    assert_eq!(p.counts.services.added, 1);
+    assert_eq!(p.counts.services.unchanged, 1);
+    assert_eq!(p.counts.services.deleted, 1);
+    assert_eq!(p.counts.destinations.added, 2);
+    assert_eq!(p.counts.destinations.updated, 1);
+    assert_eq!(p.counts.destinations.deleted, 1);
+    // The default scope owns nothing: the foreign UDP service stays.
+    let p = sync::plan(
+        &desired,
+        &observed,
+        &Scope::Owned,
+        &HashSet::new(),
+        PlanOptions::default(),
+    );
+    assert!(!p.ops.contains(&Op::DeleteService(gone)));
+}
+
+#[test]
+fn graceful_drain_then_delete() {
+    let k = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+    let a: SocketAddr = "10.244.0.1:80".parse().unwrap();
+    let mut desired = DesiredState::new();
+    desired.insert(VirtualServer::new(k), []).unwrap();
+    let opts = PlanOptions {
+        graceful_termination: true,
+    };
+    let obs = |weight, conns| {
+        let mut o = Observed::new();
+        o.insert(ObservedService::new(
+            VirtualServer::new(k),
+            [ObservedDest {
+                server: RealServer::new(a).with_weight(weight),
+                conns,
+            }],
+        ));
+        o
+    };
+    let busy = Some(ConnCounts {
+        active: 1,
+        inactive: 0,
+        persistent: 0,
+    });
+    // Busy at weight 1: drain.
+    let p = sync::plan(
+        &desired,
+        &obs(1, busy),
+        &Scope::Owned,
+        &HashSet::new(),
+        opts,
+    );
+    assert_eq!(
+        p.ops,
+        vec![Op::UpdateDestination(k, RealServer::new(a).with_weight(0))]
+    );
+    assert_eq!(p.counts.drain_started, 1);
+    // Counts unknown: drain too (never delete blind).
+    let p = sync::plan(
+        &desired,
+        &obs(1, None),
+        &Scope::Owned,
+        &HashSet::new(),
+        opts,
+    );
+    assert_eq!(
+        p.ops,
+        vec![Op::UpdateDestination(k, RealServer::new(a).with_weight(0))]
+    );
+    // Busy at weight 0: wait.
+    let p = sync::plan(
+        &desired,
+        &obs(0, busy),
+        &Scope::Owned,
+        &HashSet::new(),
+        opts,
+    );
+    assert!(p.is_empty());
+    assert_eq!(p.counts.draining, 1);
+    // Only persistence templates left: active and inactive are 0, delete.
+    let templates = Some(ConnCounts {
+        active: 0,
+        inactive: 0,
+        persistent: 4,
+    });
+    let p = sync::plan(
+        &desired,
+        &obs(0, templates),
+        &Scope::Owned,
+        &HashSet::new(),
+        opts,
+    );
+    assert_eq!(p.ops, vec![Op::DeleteDestination(k, a)]);
+    // Back in the desired state while draining: weight restored.
+    let mut back = DesiredState::new();
+    back.insert(VirtualServer::new(k), [RealServer::new(a)])
+        .unwrap();
+    let p = sync::plan(&back, &obs(0, busy), &Scope::Owned, &HashSet::new(), opts);
+    assert_eq!(p.ops, vec![Op::UpdateDestination(k, RealServer::new(a))]);
+    // UDP: deleted at once.
+    let u = ServiceKey::udp("10.96.0.1:53".parse().unwrap());
+    let mut d = DesiredState::new();
+    d.insert(VirtualServer::new(u), []).unwrap();
+    let mut o = Observed::new();
+    o.insert(ObservedService::new(
+        VirtualServer::new(u),
+        [ObservedDest {
+            server: RealServer::new(a),
+            conns: busy,
+        }],
+    ));
+    let p = sync::plan(&d, &o, &Scope::Owned, &HashSet::new(), opts);
+    assert_eq!(p.ops, vec![Op::DeleteDestination(u, a)]);
+}
+
+#[test]
+fn desired_state_refuses_bad_input() {
+    let k = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+    let a: SocketAddr = "10.244.0.1:80".parse().unwrap();
+    let mut d = DesiredState::new();
+    assert_eq!(
+        d.insert(
+            VirtualServer::new(k),
+            [RealServer::new(a), RealServer::new(a).with_weight(2)]
+        ),
+        Err(DesiredError::DuplicateDestination { key: k, server: a })
+    );
+    assert!(d.is_empty(), "a refused service is not kept");
+    let bad = RealServer::new(a).with_weight(u32::MAX);
+    assert!(matches!(
+        d.insert(VirtualServer::new(k), [bad]),
+        Err(DesiredError::InvalidDestination { server, .. }) if server == a
+    ));
+    let v6: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
+    let err = d
+        .insert(VirtualServer::new(k), [RealServer::new(v6)])
+        .unwrap_err();
+    assert!(err.to_string().contains("address family"), "{err}");
+    let zero = ServiceKey::fwmark(0, ipvsctl::model::AddressFamily::Inet);
+    assert!(matches!(
+        d.insert(VirtualServer::new(zero), []),
+        Err(DesiredError::InvalidService { .. })
+    ));
+    let long = VirtualServer::new(k).with_scheduler(ipvsctl::model::Scheduler::from_name(
+        "a-very-long-scheduler-name",
+    ));
+    let err = d.insert(long, []).unwrap_err();
+    assert!(err.to_string().contains("scheduler"), "{err}");
+    d.insert(VirtualServer::new(k), [RealServer::new(a)])
+        .unwrap();
+    assert_eq!(
+        d.insert(VirtualServer::new(k), []),
+        Err(DesiredError::DuplicateService { key: k })
+    );
+    assert_eq!(d.destination_count(), 1);
+}
