@@ -148,7 +148,7 @@ fn case() -> impl Strategy<Value = Case> {
                 }
                 Case {
                     desired: (presence != 1).then(|| (vs.clone(), want)),
-                    observed: (presence != 0).then(|| (observed_vs, have)),
+                    observed: (presence != 0).then_some((observed_vs, have)),
                 }
             })
     })

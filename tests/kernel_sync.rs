@@ -1,0 +1,685 @@
+//! Bulk sync against a real kernel's IPVS, each test in its own fresh
+//! network namespace: convergence on randomised desired states (checked by a
+//! full dump), foreign services never touched, partial failures, a process
+//! killed half-way, drift repaired, self-healing, graceful termination.
+
+mod strategies;
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipvsctl::model::{ConnCounts, ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
+use ipvsctl::sync::{DesiredState, Scope, SyncOptions, SyncReport, Syncer, Verify};
+use ipvsctl::{BatchMode, Error, Handle, NetNs, Op};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use support::TestNetns;
+
+type Table = BTreeMap<ServiceKey, (VirtualServer, BTreeMap<SocketAddr, RealServer>)>;
+
+fn setup() -> (TestNetns, Handle) {
+    let ns = TestNetns::with_ipvs();
+    let h = Handle::open(&NetNs::path(ns.path())).expect("open handle in test namespace");
+    (ns, h)
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// The whole IPVS table of the namespace, read with the plain handle calls
+/// (one service dump, one real-server dump per service).
+fn dump(h: &Handle) -> Table {
+    h.list_services()
+        .unwrap()
+        .into_iter()
+        .map(|s| {
+            let key = s.service.key;
+            let dests = h
+                .list_destinations(&key)
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.server.addr, d.server))
+                .collect();
+            (key, (s.service, dests))
+        })
+        .collect()
+}
+
+fn table_of(d: &DesiredState) -> Table {
+    d.services()
+        .iter()
+        .map(|s| {
+            (
+                s.service().key,
+                (
+                    s.service().clone(),
+                    s.destinations().iter().map(|r| (r.addr, *r)).collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// `dump` minus the given foreign services, which must be exactly as given.
+fn managed_part(h: &Handle, foreign: &Table) -> Table {
+    let mut all = dump(h);
+    for (k, v) in foreign {
+        assert_eq!(
+            all.remove(k).as_ref(),
+            Some(v),
+            "foreign service {k} changed"
+        );
+    }
+    all
+}
+
+/// Two services made with ipvsadm that no syncer was given.
+fn add_foreign(ns: &TestNetns, h: &Handle) -> Table {
+    ns.ipvsadm("-A -u 192.0.2.53:53 -s rr");
+    ns.ipvsadm("-a -u 192.0.2.53:53 -r 192.0.2.10:53 -m -w 3");
+    ns.ipvsadm("-A -t 192.0.2.80:80 -s wlc -p 60");
+    ns.ipvsadm("-a -t 192.0.2.80:80 -r 192.0.2.11:8080 -g");
+    dump(h)
+}
+
+/// Panics with the first differences (not the whole tables) unless equal.
+fn assert_same(got: &Table, want: &Table) {
+    if let Some(diff) = table_diff(got, want) {
+        panic!("kernel state differs from the desired state: {diff}");
+    }
+}
+
+/// The first few differences between two tables, or `None`.
+fn table_diff(got: &Table, want: &Table) -> Option<String> {
+    let mut out = Vec::new();
+    for k in got
+        .keys()
+        .chain(want.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        match (got.get(k), want.get(k)) {
+            (Some(g), Some(w)) if g == w => {}
+            (g, w) => out.push(format!("{k}: kernel {g:?}, desired {w:?}")),
+        }
+        if out.len() >= 3 {
+            break;
+        }
+    }
+    (!out.is_empty()).then(|| {
+        format!(
+            "{} services in the kernel, {} desired; {}",
+            got.len(),
+            want.len(),
+            out.join("; ")
+        )
+    })
+}
+
+fn assert_ok(r: &SyncReport) {
+    assert!(
+        r.failed.is_empty(),
+        "failures: {:#?}",
+        r.failed
+            .iter()
+            .map(|f| (&f.op, f.error.to_string()))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A pool of services, each with alternative configurations and a pool of
+/// real servers; rounds pick from them so that successive desired states
+/// overlap (adds, updates, deletes of both kinds).
+#[derive(Debug, Clone)]
+struct Pool {
+    services: Vec<(VirtualServer, Scheduler, u32, Vec<RealServer>)>,
+}
+
+type Round = Vec<(bool, bool, u8, u8)>;
+
+fn pool() -> impl Strategy<Value = Pool> {
+    proptest::collection::vec(
+        strategies::virtual_server(true).prop_flat_map(|vs| {
+            let fam = vs.family();
+            (
+                Just(vs),
+                strategies::scheduler(),
+                0u32..100_000,
+                proptest::collection::vec(strategies::real_server(fam), 0..8),
+            )
+        }),
+        1..12,
+    )
+    .prop_map(|v| {
+        let mut keys = HashSet::new();
+        let services = v
+            .into_iter()
+            .filter(|(vs, ..)| keys.insert(vs.key))
+            .map(|(vs, s, t, rs)| {
+                let mut addrs = HashSet::new();
+                let rs = rs.into_iter().filter(|r| addrs.insert(r.addr)).collect();
+                (vs, s, t, rs)
+            })
+            .collect();
+        Pool { services }
+    })
+}
+
+fn desired_of(pool: &Pool, round: &Round) -> DesiredState {
+    let mut d = DesiredState::new();
+    for ((vs, sched, timeout, rs), (present, alt, mask, bump)) in pool.services.iter().zip(round) {
+        if !present {
+            continue;
+        }
+        let mut vs = vs.clone();
+        if *alt {
+            vs.scheduler = sched.clone();
+            vs.timeout = *timeout;
+        }
+        let dests = rs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(i, r)| {
+                let mut r = *r;
+                if bump & (1 << i) != 0 {
+                    r.weight = (r.weight + 1) % (i32::MAX as u32);
+                }
+                r
+            });
+        d.insert(vs, dests).expect("valid by construction");
+    }
+    d
+}
+
+#[test]
+fn randomised_desired_states_converge() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        ..Config::default()
+    });
+    let strat = pool().prop_flat_map(|p| {
+        let n = p.services.len();
+        let round = proptest::collection::vec(
+            (
+                proptest::bool::weighted(0.8),
+                any::<bool>(),
+                any::<u8>(),
+                any::<u8>(),
+            ),
+            n,
+        );
+        (
+            Just(p),
+            proptest::collection::vec(round, 4),
+            proptest::collection::vec(0u8..3, 4),
+        )
+    });
+    runner
+        .run(&strat, |(pool, rounds, verifies)| {
+            // Each case starts from a kernel holding only the foreign services.
+            for k in managed_part(&h, &foreign).keys() {
+                h.delete_service(k).unwrap();
+            }
+            let mut syncer = Syncer::new(&h);
+            for (round, v) in rounds.iter().zip(&verifies) {
+                let desired = desired_of(&pool, round);
+                let verify = [Verify::Full, Verify::Services, Verify::None][*v as usize];
+                let report = syncer.sync(&desired, verify).unwrap();
+                assert_ok(&report);
+                let diff = table_diff(&managed_part(&h, &foreign), &table_of(&desired));
+                prop_assert!(diff.is_none(), "{}", diff.unwrap_or_default());
+                // A second sync of the same state writes nothing.
+                let again = syncer.sync(&desired, Verify::Full).unwrap();
+                prop_assert_eq!(again.writes_sent, 0);
+                prop_assert_eq!(again.services.unchanged, desired.len());
+                prop_assert_eq!(again.destinations.unchanged, desired.destination_count());
+            }
+            // The empty desired state removes what this syncer owned, and
+            // nothing else.
+            let report = syncer.sync(&DesiredState::new(), Verify::Services).unwrap();
+            assert_ok(&report);
+            let left = managed_part(&h, &foreign);
+            prop_assert!(left.is_empty(), "{} services left", left.len());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(dump(&h), foreign);
+}
+
+/// Services `10.96.<i/250>.<i%250+1>:80` with `dests` real servers each.
+fn cluster(n: usize, dests: usize, weight: u32) -> DesiredState {
+    let mut d = DesiredState::with_capacity(n);
+    for i in 0..n {
+        let key = ServiceKey::tcp(sa(&format!("10.96.{}.{}:80", i / 250, i % 250 + 1)));
+        let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+        let rs = (0..dests).map(|j| {
+            RealServer::new(sa(&format!("10.244.{}.{}:8080", i % 250, j + 1)))
+                .with_weight(weight)
+                .with_forward(ForwardMethod::Masquerade)
+        });
+        d.insert(vs, rs).unwrap();
+    }
+    d
+}
+
+#[test]
+fn scopes_never_touch_foreign_services() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let desired = cluster(20, 3, 1);
+    // Default scope: a new syncer with an empty desired state deletes nothing.
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&DesiredState::new(), Verify::Full).unwrap();
+    assert_eq!(r.writes_sent, 0);
+    assert_eq!(dump(&h), foreign);
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.services.added, 20);
+    assert_eq!(r.destinations.added, 60);
+    assert_eq!(r.writes_sent, 80);
+    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+    // A second process (new syncer, default scope) with another desired set
+    // leaves the first one's services alone.
+    let other = cluster(25, 2, 4);
+    let mut s2 = Syncer::new(&h);
+    let theirs: DesiredState = {
+        let mut d = DesiredState::new();
+        for ds in other.services().iter().skip(20) {
+            d.insert(ds.service().clone(), ds.destinations().iter().copied())
+                .unwrap();
+        }
+        d
+    };
+    assert_ok(&s2.sync(&theirs, Verify::Services).unwrap());
+    let mut both = table_of(&desired);
+    both.extend(table_of(&theirs));
+    assert_same(&managed_part(&h, &foreign), &both);
+    // A filter scope cleans up what it claims: 10.96.0.0/16 TCP services.
+    let mut s3 = Syncer::with_options(
+        &h,
+        SyncOptions {
+            scope: Scope::filter(
+                |k| matches!(k, ServiceKey::Addr { addr, .. } if addr.to_string().starts_with("10.96.")),
+            ),
+            ..SyncOptions::default()
+        },
+    );
+    let r = s3.sync(&theirs, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.services.deleted, 20);
+    assert_same(&managed_part(&h, &foreign), &table_of(&theirs));
+    // Scope::All owns the namespace.
+    let mut s4 = Syncer::with_options(
+        &h,
+        SyncOptions {
+            scope: Scope::All,
+            ..SyncOptions::default()
+        },
+    );
+    assert_ok(&s4.sync(&DesiredState::new(), Verify::Full).unwrap());
+    assert!(dump(&h).is_empty());
+}
+
+#[test]
+fn partial_failure_applies_the_rest_and_converges() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let good = cluster(300, 4, 1);
+    let bad_key = ServiceKey::tcp(sa("10.97.0.1:443"));
+    let bad_rs: Vec<RealServer> = (1..=3)
+        .map(|j| RealServer::new(sa(&format!("10.245.0.{j}:443"))))
+        .collect();
+    let mut desired = DesiredState::new();
+    for (i, ds) in good.services().iter().enumerate() {
+        if i == 150 {
+            let vs =
+                VirtualServer::new(bad_key).with_scheduler(Scheduler::from_name("nosuchsched"));
+            desired.insert(vs, bad_rs.iter().copied()).unwrap();
+        }
+        desired
+            .insert(ds.service().clone(), ds.destinations().iter().copied())
+            .unwrap();
+    }
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    let roots: Vec<_> = r.root_failures().collect();
+    assert_eq!(roots.len(), 1, "{:#?}", r.failed);
+    assert!(
+        matches!(&roots[0].error, Error::UnknownScheduler { scheduler, .. } if scheduler == "nosuchsched"),
+        "{}",
+        roots[0].error
+    );
+    assert_eq!(
+        roots[0].op,
+        Some(Op::AddService(
+            desired.get(&bad_key).unwrap().service().clone()
+        ))
+    );
+    // Its real servers failed because the service does not exist.
+    assert_eq!(r.failed.len(), 4);
+    assert_eq!(r.services.added, 300);
+    assert_eq!(r.destinations.added, 1200);
+    assert_eq!(r.writes_sent, 1 + 3 + 300 + 1200);
+    assert_same(&managed_part(&h, &foreign), &table_of(&good));
+    // Again, unchanged: only the failing service is retried.
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_eq!(r.writes_sent, 4);
+    assert_eq!(r.root_failures().count(), 1);
+    // Fixed: converges.
+    let mut fixed = DesiredState::new();
+    for ds in desired.services() {
+        let mut vs = ds.service().clone();
+        if vs.key == bad_key {
+            vs.scheduler = Scheduler::RoundRobin;
+        }
+        fixed.insert(vs, ds.destinations().iter().copied()).unwrap();
+    }
+    let r = s.sync(&fixed, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 4);
+    assert_same(&managed_part(&h, &foreign), &table_of(&fixed));
+}
+
+#[test]
+fn drift_is_repaired() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let desired = cluster(10, 3, 2);
+    let mut s = Syncer::new(&h);
+    assert_ok(&s.sync(&desired, Verify::Services).unwrap());
+    // Behind the syncer's back: a real server deleted, one reweighted, one
+    // added, a service edited, a service deleted.
+    ns.ipvsadm("-d -t 10.96.0.1:80 -r 10.244.0.1:8080");
+    ns.ipvsadm("-e -t 10.96.0.2:80 -r 10.244.1.2:8080 -m -w 9");
+    ns.ipvsadm("-a -t 10.96.0.3:80 -r 10.244.99.9:8080 -m");
+    ns.ipvsadm("-E -t 10.96.0.4:80 -s wlc");
+    ns.ipvsadm("-D -t 10.96.0.5:80");
+    // Verify::Services sees the service table: re-creates the deleted
+    // service with its real servers, restores the edited one, and re-reads
+    // the edited service's real servers; real-server drift elsewhere is
+    // trusted away.
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.services.added, 1);
+    assert_eq!(r.services.updated, 1);
+    assert_eq!(r.destinations.added, 3);
+    assert_eq!(r.writes_sent, 5);
+    // Verify::Full finds the rest: exactly three writes.
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.destinations.added, 1);
+    assert_eq!(r.destinations.updated, 1);
+    assert_eq!(r.destinations.deleted, 1);
+    assert_eq!(r.writes_sent, 3);
+    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+}
+
+#[test]
+fn contradictions_heal_within_one_sync() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let desired = cluster(10, 3, 2);
+    let mut s = Syncer::new(&h);
+    assert_ok(&s.sync(&desired, Verify::Services).unwrap());
+    // The kernel changes behind the syncer's back, and the next sync trusts
+    // its memory entirely (Verify::None).
+    ns.ipvsadm("-D -t 10.96.0.1:80"); // updates to it get ESRCH
+    ns.ipvsadm("-a -t 10.96.0.2:80 -r 10.244.1.50:8080 -m -w 7"); // its add gets EEXIST
+    ns.ipvsadm("-d -t 10.96.0.3:80 -r 10.244.2.1:8080"); // its update gets ENOENT
+    let mut next = DesiredState::new();
+    for ds in desired.services() {
+        let key = ds.service().key;
+        let mut rs: Vec<RealServer> = ds.destinations().iter().map(|r| r.with_weight(5)).collect();
+        if key == ServiceKey::tcp(sa("10.96.0.2:80")) {
+            rs.push(
+                RealServer::new(sa("10.244.1.50:8080")).with_forward(ForwardMethod::Masquerade),
+            );
+        }
+        next.insert(ds.service().clone(), rs).unwrap();
+    }
+    let r = s.sync(&next, Verify::None).unwrap();
+    assert_ok(&r);
+    assert!(r.retried.len() >= 3, "{:#?}", r.retried);
+    let errors: HashSet<i32> = r.retried.iter().filter_map(|f| f.error.errno()).collect();
+    assert!(
+        errors.contains(&3) && errors.contains(&17) && errors.contains(&2),
+        "{errors:?}"
+    );
+    assert_same(&managed_part(&h, &foreign), &table_of(&next));
+    assert_eq!(s.sync(&next, Verify::Full).unwrap().writes_sent, 0);
+}
+
+#[test]
+fn one_by_one_mode_matches_pipelined() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let desired = cluster(50, 4, 1);
+    let mut s = Syncer::with_options(
+        &h,
+        SyncOptions {
+            mode: BatchMode::OneByOne,
+            read_sockets: 2,
+            ..SyncOptions::default()
+        },
+    );
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 250);
+    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+    // Two reader sockets give the same full read.
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_eq!(r.writes_sent, 0);
+    assert_eq!(r.reads_sent, 51);
+    assert_eq!(r.destinations.unchanged, 200);
+}
+
+const CHILD_NS: &str = "IPVSCTL_SYNC_CHILD_NS";
+
+/// The two desired states the child alternates between: the same services,
+/// different real servers and weights.
+fn churn_state(phase: u32) -> DesiredState {
+    let mut d = DesiredState::with_capacity(2000);
+    for i in 0..2000usize {
+        let key = ServiceKey::tcp(sa(&format!("10.96.{}.{}:80", i / 250, i % 250 + 1)));
+        let rs = (0..8usize).map(|j| {
+            RealServer::new(sa(&format!(
+                "10.244.{}.{}:8080",
+                i % 250,
+                j + 1 + 4 * phase as usize
+            )))
+            .with_weight(1 + phase)
+            .with_forward(ForwardMethod::Masquerade)
+        });
+        d.insert(VirtualServer::new(key), rs).unwrap();
+    }
+    d
+}
+
+/// Helper run as a child process by `killed_mid_sync_converges`: syncs two
+/// states alternately, one request per round trip, until it is killed.
+#[test]
+#[ignore = "helper: run in a child process by killed_mid_sync_converges"]
+fn child_syncs_until_killed() {
+    let path = std::env::var(CHILD_NS).expect("IPVSCTL_SYNC_CHILD_NS");
+    let h = Handle::open(&NetNs::path(path)).unwrap();
+    let mut s = Syncer::with_options(
+        &h,
+        SyncOptions {
+            mode: BatchMode::OneByOne,
+            ..SyncOptions::default()
+        },
+    );
+    // Both states built up front: the child spends its time writing.
+    let states = [churn_state(0), churn_state(1)];
+    for d in states.iter().cycle() {
+        s.sync(d, Verify::None).unwrap();
+    }
+}
+
+#[test]
+fn killed_mid_sync_converges() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_syncs_until_killed",
+            "--nocapture",
+        ])
+        .env(CHILD_NS, ns.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    // Wait until the child has written a good part of the first state.
+    let t0 = Instant::now();
+    loop {
+        let n = h.list_services().unwrap().len();
+        if n > 1000 {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("child exited early: {status}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "child made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let target = churn_state(1);
+    let before = managed_part(&h, &foreign);
+    assert!(
+        before != table_of(&target),
+        "the child was not killed mid-way"
+    );
+    // A new process: nothing remembered, default scope.
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&target, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.verified, Some(Verify::Full));
+    assert!(r.writes_sent > 0);
+    assert_same(&managed_part(&h, &foreign), &table_of(&target));
+    assert_eq!(s.sync(&target, Verify::Full).unwrap().writes_sent, 0);
+}
+
+#[test]
+fn graceful_termination_waits_for_connections() {
+    use std::net::{TcpListener, TcpStream};
+    let (ns, h) = setup();
+    ns.run("ip", &["link", "add", "dummy0", "type", "dummy"]);
+    ns.run("ip", &["addr", "add", "10.0.0.1/24", "dev", "dummy0"]);
+    // The virtual address is local too, so that a client in the namespace
+    // reaches the (local, masqueraded) real server through IPVS.
+    ns.run("ip", &["addr", "add", "10.0.0.100/32", "dev", "dummy0"]);
+    ns.run("ip", &["link", "set", "dummy0", "up"]);
+    let nsid = NetNs::path(ns.path());
+    // A listener and a client inside the namespace (sockets keep the
+    // namespace they were created in).
+    let listener =
+        ipvsctl::netlink::netns::run_in(&nsid, || TcpListener::bind("10.0.0.1:8080")).unwrap();
+    let key = ServiceKey::tcp(sa("10.0.0.100:80"));
+    let rs = RealServer::new(sa("10.0.0.1:8080")).with_forward(ForwardMethod::Masquerade);
+    let other = RealServer::new(sa("10.0.0.2:8080")).with_forward(ForwardMethod::Masquerade);
+    let mut desired = DesiredState::new();
+    desired
+        .insert(
+            VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin),
+            [rs],
+        )
+        .unwrap();
+    let mut s = Syncer::with_options(
+        &h,
+        SyncOptions {
+            plan: ipvsctl::sync::PlanOptions {
+                graceful_termination: true,
+            },
+            ..SyncOptions::default()
+        },
+    );
+    assert_ok(&s.sync(&desired, Verify::Services).unwrap());
+    let client = ipvsctl::netlink::netns::run_in(&nsid, || {
+        TcpStream::connect_timeout(&sa("10.0.0.100:80"), Duration::from_secs(10))
+    })
+    .unwrap();
+    let (server_side, _) = listener.accept().unwrap();
+    let conns = |h: &Handle| -> Option<ConnCounts> {
+        h.list_destinations(&key)
+            .unwrap()
+            .into_iter()
+            .find(|d| d.server.addr == rs.addr)
+            .map(|d| d.conns)
+    };
+    let c = conns(&h).unwrap();
+    assert!(c.active + c.inactive > 0, "{c:?}");
+    // rs leaves the desired state (replaced by another real server): set
+    // to weight 0, kept.
+    let mut without = DesiredState::new();
+    without
+        .insert(
+            VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin),
+            [other],
+        )
+        .unwrap();
+    let r = s.sync(&without, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.planned.drain_started, 1);
+    assert_eq!(r.writes_sent, 2);
+    let kept = h.list_destinations(&key).unwrap();
+    assert_eq!(kept.len(), 2);
+    assert_eq!(
+        kept.iter()
+            .find(|d| d.server.addr == rs.addr)
+            .unwrap()
+            .server
+            .weight,
+        0
+    );
+    // Still busy: the next sync re-reads its counts, writes nothing.
+    let r = s.sync(&without, Verify::None).unwrap();
+    assert_eq!(r.writes_sent, 0);
+    assert_eq!(r.draining, 1);
+    assert!(r.reads_sent >= 1);
+    // Connection reset: IPVS keeps the entry for its CLOSE timeout (10 s),
+    // then the real server is idle and the next sync deletes it.
+    reset_on_close(&client);
+    drop(client);
+    drop(server_side);
+    let t0 = Instant::now();
+    loop {
+        let r = s.sync(&without, Verify::Services).unwrap();
+        assert_ok(&r);
+        if r.destinations.deleted == 1 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(200),
+            "still draining: {:?}",
+            conns(&h)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let left: Vec<_> = h
+        .list_destinations(&key)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.server)
+        .collect();
+    assert_eq!(left, vec![other]);
+}
+
+/// Sets SO_LINGER 0 so that closing the socket sends a reset (the IPVS
+/// connection then expires after the 10 s CLOSE timeout, not TIME_WAIT's
+/// two minutes).
+fn reset_on_close(s: &std::net::TcpStream) {
+    rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO)).unwrap();
+}
