@@ -12,6 +12,8 @@ use super::message::{IpvsCmd, IpvsMessage};
 pub const NLMSG_HDRLEN: usize = 16;
 /// `struct genlmsghdr` length.
 pub const GENL_HDRLEN: usize = 4;
+/// `struct nlattr` length.
+const NLA_HDRLEN: usize = 4;
 
 /// `NLMSG_NOOP`.
 pub const NLMSG_NOOP: u16 = 1;
@@ -66,6 +68,17 @@ pub fn encode_request(
     if family_id < NLMSG_MIN_TYPE {
         return Err(EncodeError::UnresolvedFamily(family_id));
     }
+    // Attribute lengths are 16 bits. Checking the top level suffices: a
+    // nested attribute is never longer than the value that holds it.
+    for attr in &msg.attrs {
+        let len = NLA_HDRLEN + netlink_packet_core::Nla::value_len(attr);
+        if len > usize::from(u16::MAX) {
+            return Err(EncodeError::AttributeTooLarge {
+                kind: netlink_packet_core::Nla::kind(attr),
+                len,
+            });
+        }
+    }
     let body = netlink_packet_core::Emitable::buffer_len(msg);
     let total = NLMSG_HDRLEN + GENL_HDRLEN + body;
     let len = u32::try_from(total).map_err(|_| EncodeError::TooLarge(total))?;
@@ -92,6 +105,15 @@ pub enum EncodeError {
     /// The message does not fit a netlink length field.
     #[error("message of {0} bytes is too large for netlink")]
     TooLarge(usize),
+    /// A top-level attribute (with everything nested in it) is longer than
+    /// the 65,535 bytes an attribute's length field can say.
+    #[error("attribute {kind} of {len} bytes is too large for netlink (at most 65535)")]
+    AttributeTooLarge {
+        /// The attribute's type.
+        kind: u16,
+        /// Its length with its header.
+        len: usize,
+    },
 }
 
 /// The fixed header of a received netlink message.
@@ -342,6 +364,43 @@ mod tests {
         assert_eq!(e.errno(), 22);
         assert_eq!(e.message.as_deref(), Some("bad"));
         assert_eq!(e.request_seq, 9);
+    }
+
+    #[test]
+    fn refuses_attributes_longer_than_their_length_field() {
+        // 16-bit attribute lengths: a longer attribute used to panic (with
+        // overflow checks) or be written with a truncated length, making a
+        // request that says something else (fuzz/regressions/roundtrip/).
+        use crate::codec::attr::{IpvsAttr, ServiceAttr};
+        let long = IpvsMessage::new(
+            IpvsCmd::NewService,
+            vec![IpvsAttr::Service(vec![ServiceAttr::SchedName(
+                "x".repeat(70_000),
+            )])],
+        );
+        let mut out = Vec::new();
+        assert!(matches!(
+            encode_request(&mut out, &long, 0x24, 1, NLM_F_ACK),
+            Err(EncodeError::AttributeTooLarge {
+                kind: 1,
+                len: 70_012
+            })
+        ));
+        assert!(out.is_empty());
+        // The longest name that fits (65,523 bytes, a NUL, two headers:
+        // 65,532) is encoded and decodes back.
+        let fits = IpvsMessage::new(
+            IpvsCmd::NewService,
+            vec![IpvsAttr::Service(vec![ServiceAttr::SchedName(
+                "x".repeat(65_523),
+            )])],
+        );
+        encode_request(&mut out, &fits, 0x24, 1, NLM_F_ACK).unwrap();
+        let f = frames(&out).next().unwrap().unwrap();
+        let FrameBody::Data(body) = f.body else {
+            panic!("not data")
+        };
+        assert_eq!(decode_message(body).unwrap(), fits);
     }
 
     #[test]
