@@ -114,7 +114,23 @@ pub(crate) fn other(nla: &NlaBuffer<&[u8]>) -> Result<DefaultNla, DecodeError> {
 
 /// Emits a list of attributes into `buf` (which is exactly their length).
 pub(crate) fn emit_all<T: netlink_packet_core::Nla>(attrs: &[T], buf: &mut [u8]) {
-    netlink_packet_core::Emitable::emit(&attrs, buf)
+    netlink_packet_core::Emitable::emit(&attrs, buf);
+    // netlink-packet-core drops `NLA_F_NET_BYTEORDER` from a type that also
+    // has `NLA_F_NESTED` (only an `Other` attribute can have both): write
+    // such types back as they were parsed.
+    const BOTH: u16 = netlink_packet_core::NLA_F_NESTED | netlink_packet_core::NLA_F_NET_BYTEORDER;
+    if !attrs.iter().any(|a| a.kind() & BOTH == BOTH) {
+        return;
+    }
+    let mut at = 0;
+    for a in attrs {
+        if a.kind() & BOTH == BOTH {
+            if let Some(field) = buf.get_mut(at + 2..at + 4) {
+                field.copy_from_slice(&a.kind().to_ne_bytes());
+            }
+        }
+        at += netlink_packet_core::Emitable::buffer_len(a);
+    }
 }
 
 /// The total emitted length of a list of attributes.
@@ -141,4 +157,40 @@ pub(crate) fn fixed<const N: usize>(what: &str, value: &[u8]) -> Result<[u8; N],
     value
         .try_into()
         .map_err(|_| DecodeError::from(format!("{what}: expected {N} bytes, got {}", value.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::frame::{self, FrameBody};
+    use crate::codec::{IpvsCmd, IpvsMessage};
+
+    /// An unknown attribute whose type has both flag bits re-encodes with
+    /// both (fuzz/regressions/roundtrip/).
+    #[test]
+    fn both_type_flags_survive_reencoding() {
+        let body = [0, 0, 0, 0, 9, 0, 0xff, 0xff, 0xff, 0, 0, 0x1f, 0, 0, 0, 0];
+        let msg = frame::decode_message(&body).unwrap();
+        let mut out = Vec::new();
+        frame::encode_request(&mut out, &msg, 0x20, 1, 0).unwrap();
+        let f = frame::frames(&out).next().unwrap().unwrap();
+        let FrameBody::Data(again) = f.body else {
+            panic!("not data")
+        };
+        assert_eq!(again, body);
+        assert_eq!(frame::decode_message(again).unwrap(), msg);
+        let nested = IpvsMessage::new(
+            IpvsCmd::NewService,
+            vec![IpvsAttr::Service(vec![ServiceAttr::Other(
+                DefaultNla::new(0xc063, vec![1, 2]),
+            )])],
+        );
+        let mut out = Vec::new();
+        frame::encode_request(&mut out, &nested, 0x20, 1, 0).unwrap();
+        let f = frame::frames(&out).next().unwrap().unwrap();
+        let FrameBody::Data(again) = f.body else {
+            panic!("not data")
+        };
+        assert_eq!(frame::decode_message(again).unwrap(), nested);
+    }
 }
