@@ -105,6 +105,22 @@ impl Handle {
         self.family
     }
 
+    /// Sends one raw IPVS message and returns the data messages of its
+    /// reply: an escape hatch for requests the typed API cannot express (the
+    /// codec's [`crate::codec::attr`] enums build anything). `dump` sends it
+    /// with `NLM_F_DUMP`. Kernel errors come back typed, without an object.
+    ///
+    /// ```no_run
+    /// use ipvsctl::codec::request;
+    /// let ipvs = ipvsctl::Handle::new()?;
+    /// let replies = ipvs.request(request::dump_services(), true)?;
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn request(&self, msg: IpvsMessage, dump: bool) -> Result<Vec<IpvsMessage>> {
+        let kind = if dump { Kind::Dump } else { Kind::Ack };
+        self.call(msg, kind, Target::Global)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic in another caller leaves the socket usable: replies of an
         // abandoned exchange are told apart by sequence number.
@@ -118,6 +134,15 @@ impl Handle {
     where
         I: IntoIterator<Item = Request>,
         F: FnMut(usize, Result<Vec<IpvsMessage>>),
+    {
+        self.run_answers(requests, |i, r| on_reply(i, r.map(|a| a.data)))
+    }
+
+    /// [`Handle::run`], also telling how many datagrams each answer took.
+    pub(crate) fn run_answers<I, F>(&self, requests: I, mut on_reply: F) -> Result<()>
+    where
+        I: IntoIterator<Item = Request>,
+        F: FnMut(usize, Result<Answer>),
     {
         let mut inner = self.lock();
         let Inner { sock, seq } = &mut *inner;
@@ -143,8 +168,18 @@ impl Handle {
         kind: Kind,
         target: Target,
     ) -> Result<Vec<IpvsMessage>> {
+        self.call_answer(msg, kind, target).map(|a| a.data)
+    }
+
+    /// [`Handle::call`], also telling how many datagrams the answer took.
+    pub(crate) fn call_answer(
+        &self,
+        msg: IpvsMessage,
+        kind: Kind,
+        target: Target,
+    ) -> Result<Answer> {
         let mut out = None;
-        self.run(
+        self.run_answers(
             [Request {
                 index: 0,
                 msg,
@@ -198,11 +233,21 @@ struct Context {
     target: Target,
 }
 
+/// The data of a successful reply.
+pub(crate) struct Answer {
+    pub data: Vec<IpvsMessage>,
+    /// Datagrams the data came in (see [`Reply::datagrams`]).
+    pub datagrams: usize,
+}
+
 /// Turns a reply into the request's data or its typed error.
-fn reply_result(ctx: &Context, reply: Reply) -> Result<Vec<IpvsMessage>> {
+fn reply_result(ctx: &Context, reply: Reply) -> Result<Answer> {
     let op = || describe(ctx.cmd, &ctx.target);
     match reply.result {
-        Ok(()) => Ok(reply.data),
+        Ok(()) => Ok(Answer {
+            data: reply.data,
+            datagrams: reply.datagrams,
+        }),
         Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), &ctx.target, e)),
         Err(Failure::Decode(source)) => Err(Error::Decode { op: op(), source }),
         Err(Failure::Lost) => Err(Error::Lost { op: op() }),

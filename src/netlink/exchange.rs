@@ -44,6 +44,10 @@ pub enum Failure {
 pub struct Reply {
     /// Data messages received for the request, in order.
     pub data: Vec<IpvsMessage>,
+    /// How many datagrams carried those messages. A dump answered in more
+    /// than one datagram was produced in several passes of the kernel's dump
+    /// callback, and is not a snapshot.
+    pub datagrams: usize,
     /// Outcome.
     pub result: Result<(), Failure>,
 }
@@ -53,6 +57,10 @@ struct Pending<T> {
     tag: T,
     kind: Kind,
     data: Vec<IpvsMessage>,
+    datagrams: usize,
+    /// The receive count of the datagram that last carried data for this
+    /// request, to count datagrams.
+    last_datagram: usize,
     decode_error: Option<DecodeError>,
     done: Option<Result<(), Failure>>,
 }
@@ -117,6 +125,8 @@ impl<'a> Exchange<'a> {
                     tag,
                     kind,
                     data: Vec::new(),
+                    datagrams: 0,
+                    last_datagram: 0,
                     decode_error: None,
                     done: None,
                 });
@@ -141,6 +151,7 @@ impl<'a> Exchange<'a> {
                     p.tag,
                     Reply {
                         data: p.data,
+                        datagrams: p.datagrams,
                         result,
                     },
                 );
@@ -152,6 +163,7 @@ impl<'a> Exchange<'a> {
     fn collect<T>(&mut self, first_seq: u32, pending: &mut VecDeque<Pending<T>>) -> io::Result<()> {
         let mut open = pending.len();
         let mut overrun = false;
+        let mut received = 0usize;
         let port = self.sock.port();
         while open > 0 {
             let datagram = match self.recv(overrun) {
@@ -167,6 +179,7 @@ impl<'a> Exchange<'a> {
                 }
                 Err(e) => return Err(e),
             };
+            received += 1;
             for f in frame::frames(datagram) {
                 let f = f.map_err(io::Error::other)?;
                 if f.header.port != 0 && f.header.port != port {
@@ -181,6 +194,10 @@ impl<'a> Exchange<'a> {
                 }
                 let finished = match (f.body, p.kind) {
                     (FrameBody::Data(body), _) => {
+                        if p.last_datagram != received {
+                            p.last_datagram = received;
+                            p.datagrams += 1;
+                        }
                         match frame::decode_message(body) {
                             Ok(m) => p.data.push(m),
                             Err(e) => {

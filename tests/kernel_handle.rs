@@ -1,0 +1,679 @@
+//! The handle against a real kernel's IPVS, each test in its own fresh
+//! network namespace.
+
+mod strategies;
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ipvsctl::codec::attr::{DestAttr, IpvsAttr, RawAddr, ServiceAttr};
+use ipvsctl::codec::{IpvsCmd, IpvsMessage, request};
+use ipvsctl::model::{
+    AddressFamily, DaemonRole, ForwardMethod, Netmask, PersistenceEngine, Protocol, RealServer,
+    Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
+    VirtualServer,
+};
+use ipvsctl::{Error, Handle, NetNs, Op};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use support::TestNetns;
+
+/// A fresh namespace and a handle opened in it.
+fn setup() -> (TestNetns, Handle) {
+    let ns = TestNetns::with_ipvs();
+    let h = Handle::open(&NetNs::path(ns.path())).expect("open handle in test namespace");
+    (ns, h)
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// (major, minor) of the running kernel.
+fn kernel_version() -> (u32, u32) {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut it = rel
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+fn keys() -> Vec<ServiceKey> {
+    vec![
+        ServiceKey::tcp(sa("10.96.0.1:80")),
+        ServiceKey::udp(sa("10.96.0.1:53")),
+        ServiceKey::sctp(sa("10.96.0.1:3868")),
+        ServiceKey::tcp(sa("[2001:db8::1]:443")),
+        ServiceKey::udp(sa("[2001:db8::1]:53")),
+        ServiceKey::sctp(sa("[2001:db8::1]:3868")),
+        ServiceKey::fwmark(1, AddressFamily::Inet),
+        ServiceKey::fwmark(2, AddressFamily::Inet6),
+    ]
+}
+
+#[test]
+fn service_lifecycle_every_family_and_protocol() {
+    let (_ns, h) = setup();
+    for key in keys() {
+        let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+        h.add_service(&vs).unwrap();
+        assert_eq!(h.get_service(&key).unwrap().service, vs, "{key}");
+        let edited = vs
+            .clone()
+            .with_scheduler(Scheduler::SourceHashing)
+            .with_persistence(600)
+            .with_flags(ServiceFlags::SH_PORT | ServiceFlags::SH_FALLBACK)
+            .with_netmask(Netmask::from_prefix(key.family(), 24));
+        h.update_service(&edited).unwrap();
+        assert_eq!(h.get_service(&key).unwrap().service, edited, "{key}");
+    }
+    let listed: Vec<_> = h
+        .list_services()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.service.key)
+        .collect();
+    assert_eq!(listed.len(), keys().len());
+    for key in keys() {
+        assert!(listed.contains(&key), "{key} not listed");
+        h.delete_service(&key).unwrap();
+        assert!(matches!(
+            h.get_service(&key),
+            Err(Error::ServiceNotFound { .. })
+        ));
+    }
+    assert!(h.list_services().unwrap().is_empty());
+}
+
+#[test]
+fn every_scheduler_the_kernel_ships() {
+    let (_ns, h) = setup();
+    let twos_expected = kernel_version() >= (6, 7);
+    for (i, sched) in Scheduler::BUILT_IN.iter().enumerate() {
+        let key = ServiceKey::tcp(SocketAddr::new(
+            "10.96.1.1".parse().unwrap(),
+            1000 + i as u16,
+        ));
+        let vs = VirtualServer::new(key).with_scheduler(sched.clone());
+        let r = h.add_service(&vs);
+        if *sched == Scheduler::TwoChoice && !twos_expected {
+            assert!(
+                matches!(&r, Err(Error::UnknownScheduler { scheduler, .. }) if scheduler == "twos"),
+                "{r:?}"
+            );
+            continue;
+        }
+        r.unwrap_or_else(|e| panic!("scheduler {sched}: {e}"));
+        assert_eq!(h.get_service(&key).unwrap().service, vs);
+    }
+}
+
+#[test]
+fn persistence_engine_sip() {
+    let (_ns, h) = setup();
+    let vs = VirtualServer::new(ServiceKey::udp(sa("10.96.2.1:5060")))
+        .with_persistence(360)
+        .with_persistence_engine(PersistenceEngine::sip());
+    h.add_service(&vs).unwrap();
+    assert_eq!(h.get_service(&vs.key).unwrap().service, vs);
+    let without = VirtualServer {
+        persistence_engine: None,
+        ..vs.clone()
+    };
+    h.update_service(&without).unwrap();
+    assert_eq!(h.get_service(&vs.key).unwrap().service, without);
+}
+
+#[test]
+fn destinations_every_forwarding_method_and_tunnel() {
+    let (_ns, h) = setup();
+    let v4 = ServiceKey::tcp(sa("10.96.0.1:80"));
+    let v6 = ServiceKey::tcp(sa("[2001:db8::1]:80"));
+    let fw = ServiceKey::fwmark(9, AddressFamily::Inet);
+    for k in [v4, v6, fw] {
+        h.add_service(&VirtualServer::new(k)).unwrap();
+    }
+    let gue = Tunnel {
+        encap: TunnelEncap::Gue { port: 6080 },
+        flags: TunnelFlags::CSUM,
+    };
+    let gue_rem = Tunnel {
+        encap: TunnelEncap::Gue { port: 6081 },
+        flags: TunnelFlags::REMCSUM,
+    };
+    let gre = Tunnel {
+        encap: TunnelEncap::Gre,
+        flags: TunnelFlags::CSUM,
+    };
+    let cases: Vec<(ServiceKey, RealServer)> = vec![
+        (
+            v4,
+            RealServer::new(sa("10.244.0.1:8080")).with_forward(ForwardMethod::Masquerade),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.2:80"))
+                .with_forward(ForwardMethod::DirectRoute)
+                .with_weight(5),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.3:80")).with_forward(ForwardMethod::Tunnel(Tunnel::IPIP)),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.4:80")).with_forward(ForwardMethod::Tunnel(gue)),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.5:80")).with_forward(ForwardMethod::Tunnel(gre)),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.6:80")).with_forward(ForwardMethod::Tunnel(gue_rem)),
+        ),
+        // A mixed-family tunnel destination: IPv6 real server of an IPv4 service.
+        (
+            v4,
+            RealServer::new(sa("[2001:db8::99]:80"))
+                .with_forward(ForwardMethod::Tunnel(Tunnel::IPIP)),
+        ),
+        (
+            v4,
+            RealServer::new(sa("10.244.0.7:80"))
+                .with_thresholds(100, 10)
+                .with_weight(0),
+        ),
+        (
+            v6,
+            RealServer::new(sa("[2001:db8::2]:8080")).with_forward(ForwardMethod::Masquerade),
+        ),
+        (
+            v6,
+            RealServer::new(sa("[2001:db8::3]:80")).with_forward(ForwardMethod::Tunnel(gre)),
+        ),
+        (
+            v6,
+            RealServer::new(sa("10.244.1.1:80")).with_forward(ForwardMethod::Tunnel(gue)),
+        ),
+        (
+            fw,
+            RealServer::new(sa("10.244.2.1:0")).with_forward(ForwardMethod::DirectRoute),
+        ),
+        (
+            fw,
+            RealServer::new(sa("10.244.2.2:8080")).with_forward(ForwardMethod::Masquerade),
+        ),
+    ];
+    for (k, rs) in &cases {
+        h.add_destination(k, rs)
+            .unwrap_or_else(|e| panic!("add {rs:?} to {k}: {e}"));
+    }
+    for k in [v4, v6, fw] {
+        let mut want: Vec<_> = cases
+            .iter()
+            .filter(|(kk, _)| *kk == k)
+            .map(|(_, r)| *r)
+            .collect();
+        let mut got: Vec<_> = h
+            .list_destinations(&k)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.server)
+            .collect();
+        want.sort_by_key(|r| r.addr);
+        got.sort_by_key(|r| r.addr);
+        assert_eq!(got, want, "{k}");
+    }
+    // Update every destination, then delete them.
+    for (k, rs) in &cases {
+        let mut new = rs.with_weight(rs.weight + 7).with_thresholds(50, 5);
+        if let ForwardMethod::Tunnel(_) = rs.forward {
+            new.forward = ForwardMethod::Tunnel(Tunnel::gue(7000));
+        }
+        h.update_destination(k, &new)
+            .unwrap_or_else(|e| panic!("update {new:?}: {e}"));
+        let got = h
+            .list_destinations(k)
+            .unwrap()
+            .into_iter()
+            .find(|d| d.server.addr == rs.addr);
+        assert_eq!(got.map(|d| d.server), Some(new));
+        h.delete_destination(k, rs.addr).unwrap();
+    }
+    for k in [v4, v6, fw] {
+        assert!(h.list_destinations(&k).unwrap().is_empty());
+    }
+}
+
+#[test]
+fn missing_service_is_not_an_empty_list() {
+    let (_ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.3.1:80"));
+    assert!(matches!(
+        h.list_destinations(&key),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    h.add_service(&VirtualServer::new(key)).unwrap();
+    assert_eq!(h.list_destinations(&key).unwrap(), vec![]);
+}
+
+#[test]
+fn errno_table_maps_to_typed_errors() {
+    let (ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.4.1:80"));
+    let missing = ServiceKey::tcp(sa("10.96.4.2:80"));
+    let vs = VirtualServer::new(key);
+    h.add_service(&vs).unwrap();
+    // EEXIST: service and destination.
+    assert!(matches!(
+        h.add_service(&vs),
+        Err(Error::ServiceExists { .. })
+    ));
+    let rs = RealServer::new(sa("10.244.4.1:80"));
+    h.add_destination(&key, &rs).unwrap();
+    let e = h.add_destination(&key, &rs).unwrap_err();
+    assert!(matches!(e, Error::DestinationExists { .. }), "{e}");
+    assert_eq!(e.errno(), Some(17));
+    // ESRCH: every operation on a missing service.
+    assert!(matches!(
+        h.update_service(&VirtualServer::new(missing)),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    assert!(matches!(
+        h.delete_service(&missing),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    assert!(matches!(
+        h.get_service(&missing),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    assert!(matches!(
+        h.add_destination(&missing, &rs),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    assert!(matches!(
+        h.zero(Some(&missing)),
+        Err(Error::ServiceNotFound { .. })
+    ));
+    // ENOENT: missing destination, unknown scheduler.
+    let other = RealServer::new(sa("10.244.4.2:80"));
+    assert!(matches!(
+        h.update_destination(&key, &other),
+        Err(Error::DestinationNotFound { .. })
+    ));
+    assert!(matches!(
+        h.delete_destination(&key, other.addr),
+        Err(Error::DestinationNotFound { .. })
+    ));
+    let bad = VirtualServer::new(missing).with_scheduler(Scheduler::Other("nosuch".into()));
+    let e = h.add_service(&bad).unwrap_err();
+    assert!(
+        matches!(&e, Error::UnknownScheduler { scheduler, .. } if scheduler == "nosuch"),
+        "{e}"
+    );
+    // ERANGE and EINVAL need values validation refuses: send them raw.
+    let mut raw = request::new_dest(&key, &other).unwrap();
+    set_dest_attr(&mut raw, DestAttr::Weight(u32::MAX));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    let mut raw = request::new_dest(&key, &other).unwrap();
+    set_dest_attr(&mut raw, DestAttr::LThresh(10));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(
+        matches!(e, Error::OutOfRange { .. }),
+        "lower > upper(0): {e}"
+    );
+    let v6 = VirtualServer::new(ServiceKey::tcp(sa("[2001:db8::4]:80")));
+    let mut raw = request::new_service(&v6).unwrap();
+    set_service_attr(&mut raw, ServiceAttr::Netmask(0u32.to_ne_bytes()));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }),
+        "IPv6 prefix 0: {e}"
+    );
+    let mut raw = request::new_dest(&key, &other).unwrap();
+    set_dest_attr(&mut raw, DestAttr::TunType(1));
+    set_dest_attr(&mut raw, DestAttr::FwdMethod(2));
+    set_dest_attr(&mut raw, DestAttr::TunPort(0));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }),
+        "GUE without port: {e}"
+    );
+    let mixed = RealServer::new(sa("[2001:db8::5]:80")).with_forward(ForwardMethod::Masquerade);
+    let mut raw = request::new_dest(&key, &RealServer::new(sa("10.244.4.3:80"))).unwrap();
+    set_dest_attr(&mut raw, DestAttr::Addr(RawAddr::from_ip(mixed.addr.ip())));
+    set_dest_attr(&mut raw, DestAttr::AddrFamily(10));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }),
+        "mixed family without tunnel: {e}"
+    );
+    // EAFNOSUPPORT: an address family IPVS does not know.
+    let mut raw = request::new_service(&VirtualServer::new(missing)).unwrap();
+    set_service_attr(&mut raw, ServiceAttr::Af(3));
+    let e = h.request(raw, false).unwrap_err();
+    assert!(matches!(e, Error::NotSupported { errno: 97, .. }), "{e}");
+    // EOPNOTSUPP: GET_DEST without NLM_F_DUMP has no handler.
+    let e = h
+        .request(request::dump_dests(&key).unwrap(), false)
+        .unwrap_err();
+    assert!(matches!(e, Error::NotSupported { errno: 95, .. }), "{e}");
+    // Daemons: ENODEV, EEXIST, ESRCH.
+    let e = h
+        .start_daemon(&SyncDaemon::new(DaemonRole::Master, "nosuch0"))
+        .unwrap_err();
+    assert!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    let d = SyncDaemon::new(DaemonRole::Backup, "lo");
+    h.start_daemon(&d).unwrap();
+    assert!(matches!(
+        h.start_daemon(&d),
+        Err(Error::DaemonRunning { .. })
+    ));
+    h.stop_daemon(DaemonRole::Backup).unwrap();
+    assert!(matches!(
+        h.stop_daemon(DaemonRole::Backup),
+        Err(Error::DaemonNotRunning { .. })
+    ));
+    // EPERM: the same request from a process without CAP_NET_ADMIN.
+    let out = ns.run(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            std::env::current_exe().unwrap().to_str().unwrap(),
+            "--exact",
+            "eperm_child",
+            "--nocapture",
+        ],
+    );
+    assert!(out.contains("EPERM-CHILD-OK"), "child output: {out}");
+}
+
+/// Runs as an unprivileged child of `errno_table_maps_to_typed_errors`.
+#[test]
+fn eperm_child() {
+    if uid() == 0 {
+        return; // only meaningful when run unprivileged by the test above
+    }
+    let h = Handle::new().expect("family resolution needs no privilege");
+    let e = h
+        .add_service(&VirtualServer::new(ServiceKey::tcp(sa("10.96.5.1:80"))))
+        .unwrap_err();
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e}");
+    println!("EPERM-CHILD-OK");
+}
+
+fn uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn set_attr<T: PartialEq>(list: &mut Vec<T>, attr: T, same: impl Fn(&T) -> bool) {
+    list.retain(|a| !same(a));
+    list.push(attr);
+}
+
+fn set_dest_attr(msg: &mut IpvsMessage, attr: DestAttr) {
+    for a in &mut msg.attrs {
+        if let IpvsAttr::Dest(d) = a {
+            let kind = std::mem::discriminant(&attr);
+            set_attr(d, attr, |x| std::mem::discriminant(x) == kind);
+            return;
+        }
+    }
+}
+
+fn set_service_attr(msg: &mut IpvsMessage, attr: ServiceAttr) {
+    for a in &mut msg.attrs {
+        if let IpvsAttr::Service(d) = a {
+            let kind = std::mem::discriminant(&attr);
+            set_attr(d, attr, |x| std::mem::discriminant(x) == kind);
+            return;
+        }
+    }
+}
+
+#[test]
+fn flush_zero_timeouts_info_daemons() {
+    let (_ns, h) = setup();
+    let info = h.info().unwrap();
+    assert_eq!(info.version.to_string(), "1.2.1");
+    assert!(info.conn_tab_size > 0);
+    let before = h.timeouts().unwrap();
+    let t = Timeouts {
+        tcp: 901,
+        tcp_fin: 121,
+        udp: 301,
+    };
+    h.set_timeouts(&t).unwrap();
+    assert_eq!(h.timeouts().unwrap(), t);
+    // 0 keeps the current value.
+    h.set_timeouts(&Timeouts {
+        tcp: 0,
+        tcp_fin: 0,
+        udp: 302,
+    })
+    .unwrap();
+    assert_eq!(h.timeouts().unwrap(), Timeouts { udp: 302, ..t });
+    assert_ne!(before, t);
+
+    for key in keys() {
+        h.add_service(&VirtualServer::new(key)).unwrap();
+    }
+    h.zero(None).unwrap();
+    h.zero(Some(&keys()[0])).unwrap();
+    h.flush().unwrap();
+    assert!(h.list_services().unwrap().is_empty());
+    // Flush leaves timeouts alone.
+    assert_eq!(h.timeouts().unwrap(), Timeouts { udp: 302, ..t });
+
+    let mut master = SyncDaemon::new(DaemonRole::Master, "lo");
+    master.sync_id = 42;
+    h.start_daemon(&master).unwrap();
+    let daemons = h.list_daemons().unwrap();
+    assert_eq!(daemons.len(), 1);
+    let d = &daemons[0];
+    assert_eq!(
+        (d.role, d.interface.as_str(), d.sync_id),
+        (DaemonRole::Master, "lo", 42)
+    );
+    h.stop_daemon(DaemonRole::Master).unwrap();
+    assert!(h.list_daemons().unwrap().is_empty());
+}
+
+#[test]
+fn namespaces_are_isolated() {
+    let (_a, ha) = setup();
+    let (_b, hb) = setup();
+    let ka = ServiceKey::tcp(sa("10.96.6.1:80"));
+    let kb = ServiceKey::tcp(sa("10.96.6.2:80"));
+    ha.add_service(&VirtualServer::new(ka)).unwrap();
+    hb.add_service(&VirtualServer::new(kb)).unwrap();
+    let la: Vec<_> = ha
+        .list_services()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.service.key)
+        .collect();
+    let lb: Vec<_> = hb
+        .list_services()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.service.key)
+        .collect();
+    assert_eq!(la, vec![ka]);
+    assert_eq!(lb, vec![kb]);
+    hb.flush().unwrap();
+    assert_eq!(ha.list_services().unwrap().len(), 1);
+    assert!(matches!(
+        hb.delete_service(&ka),
+        Err(Error::ServiceNotFound { .. })
+    ));
+}
+
+#[test]
+fn kernel_roundtrip_property() {
+    let (_ns, h) = setup();
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        ..Config::default()
+    });
+    let strat = (
+        strategies::virtual_server(true),
+        strategies::virtual_server(true),
+    )
+        .prop_flat_map(|(x, y)| {
+            let f = x.family();
+            let y = VirtualServer {
+                key: x.key,
+                netmask: Netmask::full(f),
+                ..y
+            };
+            (
+                Just(x),
+                Just(y),
+                strategies::real_server(f),
+                strategies::real_server(f),
+            )
+        });
+    runner
+        .run(&strat, |(x, y0, rs, rs2)| {
+            // y keeps x's key; its netmask is regenerated for the family.
+            let y = VirtualServer {
+                netmask: x.netmask,
+                ..y0
+            };
+            h.flush().unwrap();
+            h.add_service(&x).unwrap();
+            prop_assert_eq!(&h.get_service(&x.key).unwrap().service, &x);
+            h.update_service(&y).unwrap();
+            prop_assert_eq!(&h.get_service(&y.key).unwrap().service, &y);
+            h.add_destination(&x.key, &rs).unwrap();
+            // The same real server with another configuration; one of the
+            // other family than its service stays tunnelled.
+            let mut rs2 = RealServer {
+                addr: rs.addr,
+                ..rs2
+            };
+            if rs2.family() != x.family() && !rs2.forward.is_tunnel() {
+                rs2.forward = ForwardMethod::Tunnel(Tunnel::IPIP);
+            }
+            h.update_destination(&x.key, &rs2).unwrap();
+            let got = h.list_destinations(&x.key).unwrap();
+            prop_assert_eq!(got.len(), 1);
+            prop_assert_eq!(got[0].server, rs2);
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn eight_threads_share_one_handle() {
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let h = Arc::clone(&h);
+            std::thread::spawn(move || {
+                for i in 0..150u16 {
+                    let key = ServiceKey::tcp(SocketAddr::new(
+                        std::net::Ipv4Addr::new(10, 97, t, 1).into(),
+                        1000 + i,
+                    ));
+                    let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+                    h.add_service(&vs).unwrap();
+                    let rs = RealServer::new(SocketAddr::new(
+                        std::net::Ipv4Addr::new(10, 244, t, (i % 250 + 1) as u8).into(),
+                        80,
+                    ))
+                    .with_weight(u32::from(i));
+                    h.add_destination(&key, &rs).unwrap();
+                    assert_eq!(h.get_service(&key).unwrap().service, vs);
+                    let d = h.list_destinations(&key).unwrap();
+                    assert_eq!(d.len(), 1);
+                    assert_eq!(d[0].server, rs);
+                    if i % 3 == 0 {
+                        h.delete_service(&key).unwrap();
+                        assert!(h.get_service(&key).is_err());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Checked key by key: a large service dump is not a snapshot while the
+    // other tests of this binary change their own namespaces (see
+    // Handle::list_services).
+    for t in 0..8u8 {
+        for i in 0..150u16 {
+            let key = ServiceKey::tcp(SocketAddr::new(
+                std::net::Ipv4Addr::new(10, 97, t, 1).into(),
+                1000 + i,
+            ));
+            assert_eq!(h.get_service(&key).is_ok(), i % 3 != 0, "{key}");
+        }
+    }
+}
+
+#[test]
+fn batch_reports_every_operation() {
+    let (_ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.7.1:80"));
+    let mut ops = vec![Op::AddService(VirtualServer::new(key))];
+    for i in 1..=200u8 {
+        ops.push(Op::AddDestination(
+            key,
+            RealServer::new(SocketAddr::new([10, 244, 7, i].into(), 80)),
+        ));
+    }
+    // A duplicate (EEXIST), an invalid one (never sent) and an unknown
+    // scheduler (ENOENT) among valid operations.
+    ops.push(Op::AddDestination(
+        key,
+        RealServer::new(sa("10.244.7.1:80")),
+    ));
+    ops.push(Op::AddDestination(
+        key,
+        RealServer::new(sa("10.244.7.250:80")).with_weight(u32::MAX),
+    ));
+    ops.push(Op::AddService(
+        VirtualServer::new(ServiceKey::tcp(sa("10.96.7.2:80")))
+            .with_scheduler(Scheduler::Other("nope".into())),
+    ));
+    ops.push(Op::AddService(VirtualServer::new(ServiceKey::tcp(sa(
+        "10.96.7.3:80",
+    )))));
+    let n = ops.len();
+    let report = h.apply(ops);
+    assert_eq!(report.succeeded + report.failed.len(), n);
+    let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
+    assert_eq!(failed, vec![201, 202, 203]);
+    assert!(matches!(
+        report.failed[0].1,
+        Error::DestinationExists { .. }
+    ));
+    assert!(matches!(report.failed[1].1, Error::Invalid(_)));
+    assert!(matches!(report.failed[2].1, Error::UnknownScheduler { .. }));
+    assert_eq!(report.sent, n - 1);
+    assert_eq!(h.list_destinations(&key).unwrap().len(), 200);
+    assert_eq!(h.list_services().unwrap().len(), 2);
+    // Protocol numbers outside TCP/UDP/SCTP still round-trip.
+    let odd = VirtualServer::new(ServiceKey::Addr {
+        protocol: Protocol::Other(99),
+        addr: sa("10.96.7.9:1"),
+    });
+    h.add_service(&odd).unwrap();
+    assert_eq!(h.get_service(&odd.key).unwrap().service, odd);
+    let _ = IpvsCmd::Flush;
+}
