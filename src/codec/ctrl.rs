@@ -32,6 +32,34 @@ pub fn encode_get_family(out: &mut Vec<u8>, name: &str, seq: u32) {
 
 /// `CTRL_ATTR_FAMILY_ID`.
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
+/// `CTRL_ATTR_VERSION`.
+const CTRL_ATTR_VERSION: u16 = 3;
+
+/// What the controller says of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilyInfo {
+    /// The family id: the netlink message type of its requests.
+    pub id: u16,
+    /// The family's version (0 if the reply had none).
+    pub version: u32,
+}
+
+/// Reads id and version out of a controller reply body. Only those two
+/// attributes are looked at, so attributes a newer kernel adds cannot make
+/// resolution fail.
+pub fn decode_family(data: &[u8]) -> Result<FamilyInfo, DecodeError> {
+    let id = decode_family_id(data)?;
+    let mut version = 0;
+    let attrs = data.get(GENL_HDRLEN..).unwrap_or(&[]);
+    for nla in NlasIterator::new(attrs) {
+        let nla = nla?;
+        let v = nla.value();
+        if nla.kind() & super::consts::NLA_TYPE_MASK == CTRL_ATTR_VERSION && v.len() == 4 {
+            version = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]);
+        }
+    }
+    Ok(FamilyInfo { id, version })
+}
 
 /// Reads the family id out of a controller reply body (generic-netlink header
 /// and attributes). Only the id attribute is looked at, so attributes a newer

@@ -90,7 +90,7 @@ impl Handle {
         };
         Ok(Handle {
             inner: Mutex::new(Inner { sock, seq: 1 }),
-            family,
+            family: family.id,
             netns: netns.clone(),
         })
     }

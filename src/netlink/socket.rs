@@ -112,10 +112,10 @@ impl GenlSocket {
         Ok(&self.rx[..n])
     }
 
-    /// Resolves a generic-netlink family id by name. `Ok(None)` means the
+    /// Resolves a generic-netlink family by name. `Ok(None)` means the
     /// kernel has no such family (for IPVS: the module is not loaded and could
     /// not be autoloaded).
-    pub fn resolve_family(&mut self, name: &str, seq: u32) -> io::Result<Option<u16>> {
+    pub fn resolve_family(&mut self, name: &str, seq: u32) -> io::Result<Option<ctrl::FamilyInfo>> {
         let mut req = Vec::with_capacity(64);
         ctrl::encode_get_family(&mut req, name, seq);
         self.send(&req)?;
@@ -130,7 +130,7 @@ impl GenlSocket {
                 }
                 match f.body {
                     FrameBody::Data(body) => {
-                        id = Some(ctrl::decode_family_id(body).map_err(io::Error::other)?)
+                        id = Some(ctrl::decode_family(body).map_err(io::Error::other)?)
                     }
                     FrameBody::Error(e) if e.is_ack() => return Ok(id),
                     FrameBody::Error(e) if e.errno() == ENOENT => return Ok(None),
