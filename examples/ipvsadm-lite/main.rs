@@ -1,0 +1,544 @@
+//! ipvsadm-lite: ipvsadm's commands, options, output and exit codes, built
+//! only on the public API of `ipvsctl`.
+//!
+//! ```text
+//! ipvsadm-lite -A -t 10.0.0.1:80 -s rr
+//! ipvsadm-lite -a -t 10.0.0.1:80 -r 192.168.1.10:8080 -m -w 3
+//! ipvsadm-lite -Ln --stats
+//! ipvsadm-lite -S -n > rules
+//! ipvsadm-lite -R < rules                 # sync: only what differs changes
+//! ipvsadm-lite -R --clear-first < rules   # ipvsadm's way: flush, then load
+//! ipvsadm-lite -R --dry-run < rules       # print the plan, change nothing
+//! ```
+//!
+//! With `-n`, every listing is byte-identical to ipvsadm 1.31's for the same
+//! kernel state (kernel tests check it side by side). Without `-n`, ports
+//! are named from `/etc/services` and addresses stay numeric.
+
+mod format;
+mod names;
+mod restore;
+mod rules;
+
+use std::io::{Read as _, Write as _};
+use std::process::ExitCode;
+
+use std::collections::HashSet;
+
+use ipvsctl::model::{ServiceKey, ValidationError};
+use ipvsctl::sync::{self, Observed, PlanOptions, Scope, SyncOptions, Syncer, Verify};
+use ipvsctl::{Error, Handle, Op};
+
+use format::{Entry, Namer, Numeric};
+use names::Services;
+use rules::{Command, Format, ListWhat, RestoreOptions};
+
+/// What a failed run prints and exits with.
+struct Failure {
+    message: String,
+    status: u8,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>, status: u8) -> Self {
+        Failure {
+            message: message.into(),
+            status,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let program = args
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "ipvsadm-lite".to_owned());
+    let services = Services::system();
+    let words: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let command = if words.is_empty() {
+        Command::List(ListWhat::All, Format::default())
+    } else {
+        match rules::parse_args(&program, &words, &services) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{}", e.message);
+                return ExitCode::from(u8::try_from(e.status).unwrap_or(255));
+            }
+        }
+    };
+    let mut out = String::new();
+    let result = run(&program, command, &services, &mut out);
+    // Whatever was produced is printed, also before a failure.
+    let mut stdout = std::io::stdout().lock();
+    if stdout.write_all(out.as_bytes()).is_err() || stdout.flush().is_err() {
+        return ExitCode::from(1);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("{}", f.message);
+            }
+            ExitCode::from(f.status)
+        }
+    }
+}
+
+fn open() -> Result<Handle, Failure> {
+    Handle::new().map_err(|e| {
+        Failure::new(
+            format!(
+                "Can't initialize ipvs: {e}\nAre you sure that IP Virtual Server is built in the kernel or as module?"
+            ),
+            2,
+        )
+    })
+}
+
+fn run(
+    program: &str,
+    command: Command,
+    services: &Services,
+    out: &mut String,
+) -> Result<(), Failure> {
+    match command {
+        Command::Help => {
+            out.push_str(&usage(program));
+            return Ok(());
+        }
+        Command::Version => {
+            out.push_str(&format!(
+                "ipvsadm-lite {} (ipvsctl, ipvsadm v1.31 compatible)\n",
+                env!("CARGO_PKG_VERSION")
+            ));
+            return Ok(());
+        }
+        _ => {}
+    }
+    let ipvs = open()?;
+    let namer: &dyn Namer = services;
+    match command {
+        Command::List(what, f) => list(
+            &ipvs,
+            what,
+            &f,
+            if f.numeric { &Numeric } else { namer },
+            out,
+        ),
+        Command::Save(f) => {
+            let mut entries = read_all(&ipvs).map_err(|e| read_failure(KOp::GetServices, &e))?;
+            let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
+            format::list_all(
+                out,
+                &info,
+                &mut entries,
+                &f,
+                if f.numeric { &Numeric } else { namer },
+            );
+            Ok(())
+        }
+        Command::Restore(opts) => restore_from_stdin(program, &ipvs, opts, services, out),
+        Command::AddService(vs) => ipvs
+            .add_service(&vs)
+            .map_err(|e| kernel_failure(KOp::AddService, &e)),
+        Command::EditService(vs) => ipvs
+            .update_service(&vs)
+            .map_err(|e| kernel_failure(KOp::EditService, &e)),
+        Command::DeleteService(key) => ipvs
+            .delete_service(&key)
+            .map_err(|e| kernel_failure(KOp::DelService, &e)),
+        Command::AddServer(key, rs) => ipvs
+            .add_destination(&key, &rs)
+            .map_err(|e| kernel_failure(KOp::AddDest, &e)),
+        Command::EditServer(key, rs) => ipvs
+            .update_destination(&key, &rs)
+            .map_err(|e| kernel_failure(KOp::EditDest, &e)),
+        Command::DeleteServer(key, addr) => ipvs
+            .delete_destination(&key, addr)
+            .map_err(|e| kernel_failure(KOp::DelDest, &e)),
+        Command::Clear => ipvs.flush().map_err(|e| kernel_failure(KOp::Other, &e)),
+        Command::Zero(key) => ipvs
+            .zero(key.as_ref())
+            .map_err(|e| kernel_failure(KOp::Zero, &e)),
+        Command::SetTimeouts(t) => ipvs
+            .set_timeouts(&t)
+            .map_err(|e| kernel_failure(KOp::Other, &e)),
+        Command::StartDaemon(d) => ipvs
+            .start_daemon(&d)
+            .map_err(|e| kernel_failure(KOp::StartDaemon, &e)),
+        Command::StopDaemon(role) => ipvs
+            .stop_daemon(role)
+            .map_err(|e| kernel_failure(KOp::StopDaemon, &e)),
+        Command::Help | Command::Version => Ok(()),
+    }
+}
+
+fn list(
+    ipvs: &Handle,
+    what: ListWhat,
+    f: &Format,
+    namer: &dyn Namer,
+    out: &mut String,
+) -> Result<(), Failure> {
+    match what {
+        ListWhat::All => {
+            let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
+            let mut entries = read_all(ipvs).map_err(|e| read_failure(KOp::GetServices, &e))?;
+            format::list_all(out, &info, &mut entries, f, namer);
+            Ok(())
+        }
+        ListWhat::Service(key) => {
+            let service = ipvs
+                .get_service(&key)
+                .map_err(|e| read_failure(KOp::GetService, &e))?;
+            let dests = dests_or_empty(ipvs, &key).map_err(|e| read_failure(KOp::GetDests, &e))?;
+            format::title(out, f);
+            format::service_entry(out, &mut Entry { service, dests }, f, namer);
+            Ok(())
+        }
+        ListWhat::Timeout => {
+            let t = ipvs.timeouts().map_err(|e| read_failure(KOp::Other, &e))?;
+            format::timeouts(out, &t);
+            Ok(())
+        }
+        ListWhat::Daemon => {
+            let d = ipvs
+                .list_daemons()
+                .map_err(|e| read_failure(KOp::Other, &e))?;
+            format::daemons(out, &d);
+            Ok(())
+        }
+        ListWhat::Connections => Err(Failure::new(
+            "ipvsadm-lite: listing connections (-c) is not supported; read /proc/net/ip_vs_conn",
+            1,
+        )),
+    }
+}
+
+/// A service's destinations; a service that vanished since the service dump
+/// lists without any (ipvsadm's dump would come back empty too).
+fn dests_or_empty(
+    ipvs: &Handle,
+    key: &ServiceKey,
+) -> Result<Vec<ipvsctl::model::DestinationSnapshot>, Error> {
+    match ipvs.list_destinations(key) {
+        Err(Error::ServiceNotFound { .. }) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+/// Every service with its destinations: one service dump, then the
+/// destination dumps spread over a few sockets in threads (each dump is a
+/// round trip; the kernel runs one dump per socket at a time).
+fn read_all(ipvs: &Handle) -> Result<Vec<Entry>, Error> {
+    let services = ipvs.list_services()?;
+    let threads = if services.len() < 256 {
+        1
+    } else {
+        read_sockets()
+    };
+    let chunk = services.len().div_ceil(threads).max(1);
+    let mut entries: Vec<Entry> = Vec::with_capacity(services.len());
+    let results: Vec<Result<Vec<Entry>, Error>> = std::thread::scope(|scope| {
+        let mut workers = Vec::new();
+        for (i, part) in services.chunks(chunk).enumerate() {
+            let work = move |h: &Handle| -> Result<Vec<Entry>, Error> {
+                part.iter()
+                    .map(|s| {
+                        Ok(Entry {
+                            dests: dests_or_empty(h, &s.service.key)?,
+                            service: s.clone(),
+                        })
+                    })
+                    .collect()
+            };
+            if i == 0 {
+                workers.push(None);
+                continue;
+            }
+            let netns = ipvs.netns().clone();
+            workers.push(Some(scope.spawn(move || {
+                let h = Handle::open(&netns)?;
+                work(&h)
+            })));
+        }
+        let first = services
+            .chunks(chunk)
+            .next()
+            .map(|part| {
+                part.iter()
+                    .map(|s| {
+                        Ok(Entry {
+                            dests: dests_or_empty(ipvs, &s.service.key)?,
+                            service: s.clone(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| Ok(Vec::new()));
+        let mut all = vec![first];
+        for w in workers.into_iter().flatten() {
+            all.push(w.join().unwrap_or_else(|_| {
+                Err(Error::Lost {
+                    op: "list real servers (worker thread panicked)".into(),
+                })
+            }));
+        }
+        all
+    });
+    for r in results {
+        entries.extend(r?);
+    }
+    Ok(entries)
+}
+
+// --- -R ------------------------------------------------------------------------------
+
+fn restore_from_stdin(
+    program: &str,
+    ipvs: &Handle,
+    opts: RestoreOptions,
+    services: &Services,
+    out: &mut String,
+) -> Result<(), Failure> {
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text).map_err(|e| {
+        Failure::new(
+            format!("{program}: cannot read the rules from stdin: {e}"),
+            1,
+        )
+    })?;
+    let rules = rules::parse_with(&text, program, services).map_err(|e| {
+        Failure::new(
+            format!("{program}: line {}: {}", e.line, e.error.message),
+            2,
+        )
+    })?;
+    let desired = restore::desired(&rules).map_err(|e| {
+        Failure::new(
+            format!("{program}: line {}: {}", e.line, e.error.message),
+            2,
+        )
+    })?;
+
+    let state =
+        restore::desired_state(&desired).map_err(|e| Failure::new(format!("{program}: {e}"), 2))?;
+    // The whole namespace is the rules' (like `ipvsadm -C; ipvsadm -R`), read
+    // back in full first unless it was just flushed; real servers are read
+    // over a few sockets in parallel.
+    let options = SyncOptions {
+        scope: Scope::All,
+        read_sockets: read_sockets(),
+        ..SyncOptions::default()
+    };
+    let mut syncer = Syncer::with_options(ipvs, options);
+    let verify = if opts.clear_first {
+        Verify::None
+    } else {
+        Verify::Full
+    };
+    if opts.dry_run {
+        let plan = if opts.clear_first {
+            out.push_str("-C\n");
+            sync::plan(
+                &state,
+                &Observed::new(),
+                &Scope::All,
+                &HashSet::new(),
+                PlanOptions::default(),
+            )
+        } else {
+            syncer
+                .plan(&state, verify)
+                .map_err(|e| read_failure(KOp::GetServices, &e))?
+        };
+        for op in &plan.ops {
+            out.push_str(&restore::op_line(op));
+            out.push('\n');
+        }
+        if let Some(t) = desired.timeouts {
+            out.push_str(&format!("--set {} {} {}\n", t.tcp, t.tcp_fin, t.udp));
+        }
+        return Ok(());
+    }
+    if opts.clear_first {
+        ipvs.flush().map_err(|e| kernel_failure(KOp::Other, &e))?;
+    }
+    let report = syncer
+        .sync(&state, verify)
+        .map_err(|e| read_failure(KOp::GetServices, &e))?;
+    let mut messages = Vec::new();
+    for f in report.root_failures() {
+        let what =
+            f.op.as_ref()
+                .map_or_else(|| "the rest of the batch".to_owned(), restore::op_line);
+        let kop = match &f.op {
+            Some(Op::AddService(_)) => KOp::AddService,
+            Some(Op::UpdateService(_)) => KOp::EditService,
+            Some(Op::DeleteService(_)) => KOp::DelService,
+            Some(Op::AddDestination(..)) => KOp::AddDest,
+            Some(Op::UpdateDestination(..)) => KOp::EditDest,
+            Some(Op::DeleteDestination(..)) => KOp::DelDest,
+            None => KOp::Other,
+        };
+        messages.push(format!("{}: {what}", kernel_failure(kop, &f.error).message));
+    }
+    if let Some(t) = desired.timeouts {
+        if let Err(e) = ipvs.set_timeouts(&t) {
+            messages.push(kernel_failure(KOp::Other, &e).message);
+        }
+    }
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(messages.join("\n"), 255))
+    }
+}
+
+/// Sockets to read real servers with: one per CPU, at most 4.
+fn read_sockets() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+}
+
+// --- errors the way ipvsadm words them ---------------------------------------------------
+
+/// Which libipvs call failed: its messages depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KOp {
+    AddService,
+    EditService,
+    DelService,
+    Zero,
+    AddDest,
+    EditDest,
+    DelDest,
+    StartDaemon,
+    StopDaemon,
+    GetServices,
+    GetService,
+    GetDests,
+    GetInfo,
+    Other,
+}
+
+const EPERM: i32 = 1;
+const ENOENT: i32 = 2;
+const ESRCH: i32 = 3;
+const ENOMEM: i32 = 12;
+const EEXIST: i32 = 17;
+const EINVAL: i32 = 22;
+const ERANGE: i32 = 34;
+const EMSGSIZE: i32 = 90;
+const ENOPROTOOPT: i32 = 92;
+const EOPNOTSUPP: i32 = 95;
+const EAFNOSUPPORT: i32 = 97;
+
+/// ipvsadm's message for a kernel error of an operation.
+fn message(op: KOp, e: &Error) -> String {
+    let Some(errno) = e.errno() else {
+        // Not from the kernel (a value the model refuses, an I/O failure).
+        return e.to_string();
+    };
+    let specific = match (op, errno) {
+        (KOp::AddService, EEXIST) => Some("Service already exists"),
+        (KOp::AddService | KOp::EditService, ENOENT) => {
+            Some("Scheduler or persistence engine not found")
+        }
+        (
+            KOp::EditService
+            | KOp::DelService
+            | KOp::Zero
+            | KOp::GetServices
+            | KOp::GetService
+            | KOp::GetDests,
+            ESRCH,
+        ) => Some("No such service"),
+        (KOp::AddDest | KOp::EditDest | KOp::DelDest, ESRCH) => Some("Service not defined"),
+        (KOp::AddDest, EEXIST) => Some("Destination already exists"),
+        (KOp::EditDest | KOp::DelDest, ENOENT) => Some("No such destination"),
+        (KOp::StartDaemon, EEXIST) => Some("Daemon has already run"),
+        (KOp::StopDaemon, ESRCH) => Some("No daemon is running"),
+        (_, EPERM) => Some("Permission denied (you must be root)"),
+        (_, EINVAL) => {
+            Some("Invalid operation.  Possibly wrong module version, address not unicast, ...")
+        }
+        (_, ENOPROTOOPT) => Some("Protocol not available"),
+        (_, ENOMEM) => Some("Memory allocation problem"),
+        (_, EOPNOTSUPP) => Some("Operation not supported with IPv6"),
+        (_, EAFNOSUPPORT) => Some("Operation not supported with specified address family"),
+        (_, EMSGSIZE) => Some("Module is wrong version"),
+        _ => None,
+    };
+    match specific {
+        Some(m) => m.to_owned(),
+        None => strerror(errno),
+    }
+}
+
+/// `strerror(errno)`: the standard library's text without its
+/// " (os error N)" suffix.
+fn strerror(errno: i32) -> String {
+    let s = std::io::Error::from_raw_os_error(errno).to_string();
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+/// A failed change: ipvsadm prints the message and exits 255; a value the
+/// library refuses before sending is a bad command line (2).
+fn kernel_failure(op: KOp, e: &Error) -> Failure {
+    if let Error::Invalid(ValidationError::ThresholdsInverted { .. }) = e {
+        // ipvsadm leaves this check to the kernel, which answers ERANGE.
+        return Failure::new(strerror(ERANGE), 255);
+    }
+    let status = if matches!(e, Error::Invalid(_)) {
+        2
+    } else {
+        255
+    };
+    Failure::new(message(op, e), status)
+}
+
+/// A failed read: ipvsadm exits 1.
+fn read_failure(op: KOp, e: &Error) -> Failure {
+    Failure::new(message(op, e), 1)
+}
+
+fn usage(program: &str) -> String {
+    let mut s = format!(
+        "ipvsadm-lite {} (ipvsctl): ipvsadm's commands on the ipvsctl library\n\
+         Usage:\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for line in [
+        "-A|E virtual-service [-s scheduler] [-p [timeout]] [-M netmask] [--pe engine] [-b sched-flags] [-o]",
+        "-D virtual-service",
+        "-C",
+        "-R [--clear-first] [--dry-run]",
+        "-S [-n]",
+        "-a|e virtual-service -r server-address [-g|-i|-m] [-w weight] [-x upper] [-y lower] [tunnel options]",
+        "-d virtual-service -r server-address",
+        "-L|l [virtual-service] [-n] [--stats|--rate|--thresholds|--persistent-conn|--tun-info] [--exact] [--nosort]",
+        "-L|l --timeout | --daemon",
+        "-Z [virtual-service]",
+        "--set tcp tcpfin udp",
+        "--start-daemon {master|backup} [--mcast-interface if] [--syncid id] [--sync-maxlen n] [--mcast-group addr] [--mcast-port port] [--mcast-ttl ttl]",
+        "--stop-daemon {master|backup}",
+        "-h | -v",
+    ] {
+        s.push_str(&format!("  {program} {line}\n"));
+    }
+    s.push_str(
+        "\nvirtual-service: -t|--tcp-service, -u|--udp-service, --sctp-service host[:port] \
+         ([v6]:port), or -f|--fwmark-service mark [-6]\n\
+         -R makes the table equal to the rules read from stdin (the -S format) in one \
+         pipelined pass:\n  services and servers that stay are updated in place, never deleted \
+         and re-created.\n  --clear-first flushes first, as `ipvsadm -C; ipvsadm -R` does; \
+         --dry-run prints the plan.\n",
+    );
+    s
+}
