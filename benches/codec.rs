@@ -1,0 +1,224 @@
+//! Codec cost on host, no kernel: decoding a dump of 10,000 services into
+//! `ServiceSnapshot`s, and encoding 10,000 NEW_DEST requests.
+//!
+//! The dump is made from a real kernel reply (the `list-svcs` step of the
+//! newest 6.1 fixture in `tests/fixtures/`): its messages are replicated with
+//! distinct addresses and packed, as the kernel packs dump replies, into
+//! datagrams of at most 32 KiB. Prints a summary line with the mean times.
+//!
+//! `cargo bench --bench codec`; `IPVSCTL_BENCH_SERVICES` changes the count.
+
+#[path = "../tests/fixtures/capture.rs"]
+mod capture;
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use ipvsctl::codec::attr::{IpvsAttr, RawAddr, ServiceAttr};
+use ipvsctl::codec::frame::{self, FrameBody};
+use ipvsctl::codec::{IpvsCmd, IpvsMessage, reply, request};
+use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, ServiceSnapshot};
+use netlink_packet_core::Emitable;
+
+/// The kernel's largest dump datagram on x86-64 (32 KiB skbs for dumps).
+const DATAGRAM: usize = 32 * 1024;
+const NLMSG_DONE: u16 = 3;
+
+fn count() -> usize {
+    std::env::var("IPVSCTL_BENCH_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// The service messages of a real dump reply, with their header fields.
+fn real_services() -> (Vec<IpvsMessage>, u16, u16) {
+    let caps = capture::load();
+    let cap = caps
+        .iter()
+        .rfind(|c| c.tool == "ipvsctl" && c.release.starts_with("6.1."))
+        .or_else(|| caps.iter().find(|c| c.tool == "ipvsctl"))
+        .expect("an ipvsctl fixture");
+    let step = cap.step("list-svcs");
+    let mut out = Vec::new();
+    let (mut kind, mut flags) = (0, 0);
+    for d in step.datagrams.iter().filter(|d| !d.sent) {
+        for f in frame::frames(&d.bytes) {
+            let f = f.expect("fixture frame");
+            if let FrameBody::Data(body) = f.body {
+                out.push(frame::decode_message(body).expect("fixture message"));
+                kind = f.header.kind;
+                flags = f.header.flags;
+            }
+        }
+    }
+    assert!(!out.is_empty(), "no services in the fixture");
+    (out, kind, flags)
+}
+
+/// Gives a service message a distinct address (IPv4 and IPv6 services) or
+/// firewall mark.
+fn with_index(msg: &IpvsMessage, i: u32) -> IpvsMessage {
+    let mut m = msg.clone();
+    for a in &mut m.attrs {
+        if let IpvsAttr::Service(s) = a {
+            for x in s.iter_mut() {
+                match x {
+                    ServiceAttr::Addr(addr) => {
+                        let mut b = [0u8; 16];
+                        b.copy_from_slice(addr.as_bytes());
+                        b[12..16].copy_from_slice(&i.to_be_bytes());
+                        if b[4..12] == [0; 8] {
+                            // IPv4: 16 bytes with the address in the first 4.
+                            b = [0; 16];
+                            b[..4].copy_from_slice(&(0x0a00_0000 | i).to_be_bytes());
+                        }
+                        *addr = RawAddr::new(&b).expect("16 bytes");
+                    }
+                    ServiceAttr::Fwmark(mark) => *mark = 1 + i,
+                    _ => {}
+                }
+            }
+        }
+    }
+    m
+}
+
+/// 10,000 service messages packed into datagrams as a dump, closed by
+/// NLMSG_DONE.
+fn dump_datagrams(n: usize) -> Vec<Vec<u8>> {
+    let (real, kind, flags) = real_services();
+    let mut datagrams = vec![Vec::with_capacity(DATAGRAM)];
+    for i in 0..n {
+        let msg = with_index(&real[i % real.len()], i as u32);
+        let len = 16 + 4 + msg.buffer_len();
+        let aligned = (len + 3) & !3;
+        if datagrams.last().expect("one").len() + aligned > DATAGRAM {
+            datagrams.push(Vec::with_capacity(DATAGRAM));
+        }
+        let d = datagrams.last_mut().expect("one");
+        d.extend_from_slice(&(len as u32).to_ne_bytes());
+        d.extend_from_slice(&kind.to_ne_bytes());
+        d.extend_from_slice(&flags.to_ne_bytes());
+        d.extend_from_slice(&7u32.to_ne_bytes());
+        d.extend_from_slice(&0u32.to_ne_bytes());
+        d.extend_from_slice(&[msg.cmd.to_raw(), msg.version, 0, 0]);
+        let at = d.len();
+        d.resize(at + msg.buffer_len(), 0);
+        msg.emit(&mut d[at..]);
+        d.resize(d.len() + aligned - len, 0);
+    }
+    let mut done = Vec::new();
+    done.extend_from_slice(&20u32.to_ne_bytes());
+    done.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+    done.extend_from_slice(&frame::NLM_F_MULTI.to_ne_bytes());
+    done.extend_from_slice(&7u32.to_ne_bytes());
+    done.extend_from_slice(&0u32.to_ne_bytes());
+    done.extend_from_slice(&0u32.to_ne_bytes());
+    datagrams.push(done);
+    datagrams
+}
+
+/// What a dump consumer does: split, decode, convert.
+fn decode_dump(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
+    let mut out = Vec::with_capacity(10_000);
+    for d in datagrams {
+        for f in frame::frames(d) {
+            let f = f.expect("frame");
+            if let FrameBody::Data(body) = f.body {
+                let msg = frame::decode_message(body).expect("message");
+                debug_assert_eq!(msg.cmd, IpvsCmd::NewService);
+                out.push(reply::service(msg).expect("service"));
+            }
+        }
+    }
+    out
+}
+
+fn dest_requests(n: usize) -> (ServiceKey, Vec<RealServer>) {
+    let key = ServiceKey::tcp(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1)), 80));
+    let rs = (0..n as u32)
+        .map(|i| {
+            RealServer::new(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(0x0af4_0000 | i)),
+                8080,
+            ))
+            .with_forward(ForwardMethod::Masquerade)
+            .with_weight(1 + i % 10)
+        })
+        .collect();
+    (key, rs)
+}
+
+/// What a batch sender does: build and encode each request into a send
+/// buffer, flushing it at the datagram size.
+fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize {
+    let mut total = 0;
+    buf.clear();
+    for (seq, r) in rs.iter().enumerate() {
+        let msg = request::new_dest(key, r).expect("valid");
+        if buf.len() + 256 > DATAGRAM {
+            total += buf.len();
+            buf.clear();
+        }
+        frame::encode_request(buf, &msg, 0x20, seq as u32, frame::NLM_F_ACK).expect("encode");
+    }
+    total + buf.len()
+}
+
+fn mean(mut f: impl FnMut(), iters: u32) -> Duration {
+    f();
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    t.elapsed() / iters
+}
+
+fn main() {
+    let n = count();
+    let datagrams = dump_datagrams(n);
+    let bytes: usize = datagrams.iter().map(Vec::len).sum();
+    let decoded = decode_dump(&datagrams);
+    assert_eq!(decoded.len(), n, "every service decodes");
+    let (key, rs) = dest_requests(n);
+    let mut buf = Vec::with_capacity(DATAGRAM);
+
+    let mut c = Criterion::default().configure_from_args();
+    let mut g = c.benchmark_group("codec");
+    g.throughput(Throughput::Elements(n as u64));
+    g.bench_function(format!("decode dump of {n} services"), |b| {
+        b.iter(|| decode_dump(black_box(&datagrams)))
+    });
+    g.bench_function(format!("encode {n} NEW_DEST requests"), |b| {
+        b.iter(|| encode_dests(black_box(&key), black_box(&rs), &mut buf))
+    });
+    g.finish();
+    c.final_summary();
+
+    let dec = mean(
+        || {
+            black_box(decode_dump(black_box(&datagrams)));
+        },
+        20,
+    );
+    let enc = mean(
+        || {
+            black_box(encode_dests(&key, &rs, &mut buf));
+        },
+        20,
+    );
+    println!(
+        "codec summary: decode {n} services ({} datagrams, {} KiB) in {:.2} ms \
+         ({:.0} ns/service; target < 5 ms for 10,000); encode {n} NEW_DEST in {:.2} ms \
+         ({:.0} ns/request)",
+        datagrams.len(),
+        bytes / 1024,
+        dec.as_secs_f64() * 1e3,
+        dec.as_secs_f64() * 1e9 / n as f64,
+        enc.as_secs_f64() * 1e3,
+        enc.as_secs_f64() * 1e9 / n as f64,
+    );
+}
