@@ -627,9 +627,9 @@ fn by_kind<T: netlink_packet_core::Nla + Clone + std::fmt::Debug>(v: &[T]) -> Ve
 ///   the last 12 bytes of the address union as the service's address left
 ///   them (`c0000214 00000000 00000000 00000001` for 192.0.2.20 under
 ///   2001:db8::1); ipvsctl sends zeros. The kernel reads 4 bytes.
-/// * DEL_DEST: ipvsctl adds ADDR_FAMILY (ipvsadm sends it only in NEW/SET
-///   DEST); ipvsadm sends FWD_METHOD, WEIGHT and thresholds, which the kernel
-///   does not read for a delete.
+/// * DEL_DEST: both send ADDR, PORT and ADDR_FAMILY; ipvsadm also sends
+///   FWD_METHOD, WEIGHT, thresholds and zero TUN_* attributes, which the
+///   kernel does not read for a delete.
 /// * NEW_DAEMON: ipvsadm sends the multicast options only when given on
 ///   the command line, as ipvsctl does. DEL_DAEMON: ipvsadm adds an empty
 ///   MCAST_IFN and SYNC_ID 0 to the state; ipvsctl sends the state alone
@@ -725,7 +725,10 @@ fn normalise(msg: &IpvsMessage, ipvsadm: bool) -> Vec<String> {
                     .iter()
                     .filter(|x| {
                         msg.cmd != IpvsCmd::DelDest
-                            || matches!(x, DestAttr::Addr(_) | DestAttr::Port(_))
+                            || matches!(
+                                x,
+                                DestAttr::Addr(_) | DestAttr::Port(_) | DestAttr::AddrFamily(_)
+                            )
                     })
                     .filter(|x| {
                         // ipvsadm sends zero tunnel attributes for every
