@@ -2,8 +2,8 @@
 //! batching, dumps and network namespaces. Thin by design: it moves bytes
 //! that [`crate::codec`] builds and parses.
 
-pub mod netns;
 mod exchange;
+pub mod netns;
 mod socket;
 
 pub use exchange::{Exchange, Failure, Kind, Reply};
