@@ -17,8 +17,21 @@ bitflags::bitflags! {
     }
 }
 
+// Any 16-bit value, unknown bits included (see `ServiceFlags`).
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for TunnelFlags {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(TunnelFlags::from_bits_retain(u.arbitrary()?))
+    }
+
+    fn size_hint(depth: usize) -> (usize, Option<usize>) {
+        <u16 as arbitrary::Arbitrary>::size_hint(depth)
+    }
+}
+
 /// The encapsulation of a tunnelled real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum TunnelEncap {
     /// IP-in-IP (the only kind before Linux 5.2).
     Ipip,
@@ -59,6 +72,7 @@ impl TunnelEncap {
 
 /// Tunnel settings of a real server forwarded by tunnelling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Tunnel {
     /// The encapsulation.
     pub encap: TunnelEncap,
@@ -92,6 +106,7 @@ impl Tunnel {
 
 /// How packets reach a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum ForwardMethod {
     /// NAT (`-m`, "Masq").
     Masquerade,
@@ -145,6 +160,7 @@ impl fmt::Display for ForwardMethod {
 /// Its address family is the family of `addr`; it may differ from the virtual
 /// server's only with tunnelling (see [`super::validate_destination`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct RealServer {
     /// Address and port (port 0 on a firewall-mark service means "the
     /// packet's own port").

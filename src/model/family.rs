@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 /// The address family of a virtual or real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum AddressFamily {
     /// IPv4 (`AF_INET`, 2).
     Inet,
@@ -72,6 +73,7 @@ impl fmt::Display for AddressFamily {
 /// services created by other tools may carry any number: those decode as
 /// [`Protocol::Other`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Protocol {
     /// TCP (6).
     Tcp,

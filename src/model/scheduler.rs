@@ -9,6 +9,7 @@ use std::fmt;
 /// exactly as the kernel compares them, so `Scheduler::from_name("rr")` and
 /// `Scheduler::RoundRobin` are the same value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Scheduler {
     /// `rr`: round robin.
     RoundRobin,
@@ -129,6 +130,7 @@ impl fmt::Display for Scheduler {
 
 /// A persistence engine, by name (Linux ships `sip`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct PersistenceEngine(pub String);
 
 impl PersistenceEngine {

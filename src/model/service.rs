@@ -7,6 +7,7 @@ use super::{AddressFamily, PersistenceEngine, Protocol, Scheduler};
 
 /// The identity of a virtual server: what the kernel looks it up by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum ServiceKey {
     /// A service on a transport protocol and socket address (`-t`, `-u`,
     /// `--sctp-service` in ipvsadm).
@@ -111,6 +112,19 @@ bitflags::bitflags! {
     }
 }
 
+// Any 32-bit value, unknown bits included: replies from newer kernels carry
+// bits this crate does not name, and they must survive like known ones.
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for ServiceFlags {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(ServiceFlags::from_bits_retain(u.arbitrary()?))
+    }
+
+    fn size_hint(depth: usize) -> (usize, Option<usize>) {
+        <u32 as arbitrary::Arbitrary>::size_hint(depth)
+    }
+}
+
 impl ServiceFlags {
     /// The kernel-internal "service is in the hash table" bit.
     pub const KERNEL_HASHED: u32 = 0x0002;
@@ -126,6 +140,7 @@ impl ServiceFlags {
 /// For IPv4 it is a netmask, sent to the kernel in network byte order; for
 /// IPv6 it is a prefix length from 1 to 128, sent as a plain number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Netmask {
     /// An IPv4 netmask (contiguous for valid values).
     V4(Ipv4Addr),
@@ -225,6 +240,7 @@ impl fmt::Display for Netmask {
 /// [`VirtualServer::new`], which applies ipvsadm's defaults, then adjust the
 /// public fields or use the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct VirtualServer {
     /// What the kernel identifies the service by.
     pub key: ServiceKey,

@@ -7,6 +7,7 @@ use super::{RealServer, VirtualServer};
 
 /// Where a [`Stats`] value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StatsSource {
     /// No statistics attribute was present.
     #[default]
@@ -20,6 +21,7 @@ pub enum StatsSource {
 
 /// Traffic counters and rate estimates of a service or destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Stats {
     /// Connections scheduled.
     pub conns: u64,
@@ -47,6 +49,7 @@ pub struct Stats {
 
 /// Connection counts of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ConnCounts {
     /// Active connections (TCP established).
     pub active: u32,
@@ -58,6 +61,7 @@ pub struct ConnCounts {
 
 /// A virtual server as the kernel reported it, with its statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ServiceSnapshot {
     /// The configuration (compare this, not the snapshot).
     pub service: VirtualServer,
@@ -67,6 +71,7 @@ pub struct ServiceSnapshot {
 
 /// A real server as the kernel reported it, with its counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct DestinationSnapshot {
     /// The configuration (compare this, not the snapshot).
     pub server: RealServer,
@@ -79,6 +84,7 @@ pub struct DestinationSnapshot {
 /// Connection timeouts in seconds (`ipvsadm --set`). When setting, 0 keeps the
 /// kernel's current value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Timeouts {
     /// Established TCP sessions.
     pub tcp: u32,
@@ -90,6 +96,7 @@ pub struct Timeouts {
 
 /// The IPVS version the kernel reports (1.2.1 on every kernel since 2.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Version(pub u32);
 
 impl Version {
@@ -115,6 +122,7 @@ impl fmt::Display for Version {
 
 /// What `GET_INFO` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Info {
     /// IPVS version.
     pub version: Version,
