@@ -4,6 +4,8 @@ use std::net::IpAddr;
 
 /// Which side of connection synchronisation a daemon runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum DaemonRole {
     /// Sends connection state (`IP_VS_STATE_MASTER`, 1).
@@ -37,6 +39,7 @@ impl DaemonRole {
 /// 224.0.0.81, port 8848, TTL 1, maximum length from the interface MTU); the
 /// kernel reports the values in force, so a daemon read back has them all.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct SyncDaemon {
     /// Master or backup.

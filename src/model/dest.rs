@@ -9,6 +9,7 @@ bitflags::bitflags! {
     /// Tunnel checksum flags (`IP_VS_TUNNEL_ENCAP_FLAG_*`, 5.3+). No flag is
     /// ipvsadm's `--tun-nocsum`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
     pub struct TunnelFlags: u16 {
         /// Outer checksum (`--tun-csum`).
         const CSUM = 0x0001;
@@ -31,6 +32,8 @@ impl<'a> arbitrary::Arbitrary<'a> for TunnelFlags {
 
 /// The encapsulation of a tunnelled real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum TunnelEncap {
     /// IP-in-IP (the only kind before Linux 5.2).
@@ -72,6 +75,7 @@ impl TunnelEncap {
 
 /// Tunnel settings of a real server forwarded by tunnelling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Tunnel {
     /// The encapsulation.
@@ -106,6 +110,8 @@ impl Tunnel {
 
 /// How packets reach a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum ForwardMethod {
     /// NAT (`-m`, "Masq").
@@ -160,6 +166,7 @@ impl fmt::Display for ForwardMethod {
 /// Its address family is the family of `addr`; it may differ from the virtual
 /// server's only with tunnelling (see [`super::validate_destination`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct RealServer {
     /// Address and port (port 0 on a firewall-mark service means "the
@@ -170,8 +177,10 @@ pub struct RealServer {
     /// Forwarding method.
     pub forward: ForwardMethod,
     /// Upper connection threshold (0: no limit).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub upper_threshold: u32,
     /// Lower connection threshold.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub lower_threshold: u32,
 }
 

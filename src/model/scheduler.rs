@@ -9,39 +9,56 @@ use std::fmt;
 /// exactly as the kernel compares them, so `Scheduler::from_name("rr")` and
 /// `Scheduler::RoundRobin` are the same value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Scheduler {
     /// `rr`: round robin.
+    #[cfg_attr(feature = "serde", serde(rename = "rr"))]
     RoundRobin,
     /// `wrr`: weighted round robin.
+    #[cfg_attr(feature = "serde", serde(rename = "wrr"))]
     WeightedRoundRobin,
     /// `lc`: least connection.
+    #[cfg_attr(feature = "serde", serde(rename = "lc"))]
     LeastConnection,
     /// `wlc`: weighted least connection (ipvsadm's default).
+    #[cfg_attr(feature = "serde", serde(rename = "wlc"))]
     WeightedLeastConnection,
     /// `lblc`: locality-based least connection.
+    #[cfg_attr(feature = "serde", serde(rename = "lblc"))]
     LocalityBasedLeastConnection,
     /// `lblcr`: locality-based least connection with replication.
+    #[cfg_attr(feature = "serde", serde(rename = "lblcr"))]
     LocalityBasedLeastConnectionReplication,
     /// `dh`: destination hashing.
+    #[cfg_attr(feature = "serde", serde(rename = "dh"))]
     DestinationHashing,
     /// `sh`: source hashing.
+    #[cfg_attr(feature = "serde", serde(rename = "sh"))]
     SourceHashing,
     /// `sed`: shortest expected delay.
+    #[cfg_attr(feature = "serde", serde(rename = "sed"))]
     ShortestExpectedDelay,
     /// `nq`: never queue.
+    #[cfg_attr(feature = "serde", serde(rename = "nq"))]
     NeverQueue,
     /// `fo`: weighted failover.
+    #[cfg_attr(feature = "serde", serde(rename = "fo"))]
     WeightedFailover,
     /// `ovf`: weighted overflow.
+    #[cfg_attr(feature = "serde", serde(rename = "ovf"))]
     WeightedOverflow,
     /// `mh`: Maglev hashing (4.18+).
+    #[cfg_attr(feature = "serde", serde(rename = "mh"))]
     MaglevHashing,
     /// `twos`: weighted random twos choice (6.7+).
+    #[cfg_attr(feature = "serde", serde(rename = "twos"))]
     TwoChoice,
     /// `none`: no scheduler (the kernel reports this for services without one).
+    #[cfg_attr(feature = "serde", serde(rename = "none"))]
     None,
     /// Any other scheduler name.
+    #[cfg_attr(feature = "serde", serde(untagged))]
     Other(String),
 }
 
@@ -130,6 +147,7 @@ impl fmt::Display for Scheduler {
 
 /// A persistence engine, by name (Linux ships `sip`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct PersistenceEngine(pub String);
 

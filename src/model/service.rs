@@ -7,6 +7,8 @@ use super::{AddressFamily, PersistenceEngine, Protocol, Scheduler};
 
 /// The identity of a virtual server: what the kernel looks it up by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum ServiceKey {
     /// A service on a transport protocol and socket address (`-t`, `-u`,
@@ -89,6 +91,7 @@ bitflags::bitflags! {
     /// may define are kept (`from_bits_retain`) so that an update never clears
     /// them by accident.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
     pub struct ServiceFlags: u32 {
         /// Persistent service (`-p`).
         const PERSISTENT = 0x0001;
@@ -140,6 +143,7 @@ impl ServiceFlags {
 /// For IPv4 it is a netmask, sent to the kernel in network byte order; for
 /// IPv6 it is a prefix length from 1 to 128, sent as a plain number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Netmask {
     /// An IPv4 netmask (contiguous for valid values).
@@ -240,6 +244,7 @@ impl fmt::Display for Netmask {
 /// [`VirtualServer::new`], which applies ipvsadm's defaults, then adjust the
 /// public fields or use the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct VirtualServer {
     /// What the kernel identifies the service by.
@@ -247,13 +252,16 @@ pub struct VirtualServer {
     /// The scheduling algorithm.
     pub scheduler: Scheduler,
     /// Service flags (persistence, one-packet, scheduler flags).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub flags: ServiceFlags,
     /// Persistence timeout in seconds (meaningful with
     /// [`ServiceFlags::PERSISTENT`]; stored by the kernel either way).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub timeout: u32,
     /// Persistence granularity.
     pub netmask: Netmask,
     /// Persistence engine, if any.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub persistence_engine: Option<PersistenceEngine>,
 }
 

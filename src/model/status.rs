@@ -7,6 +7,8 @@ use super::{RealServer, VirtualServer};
 
 /// Where a [`Stats`] value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StatsSource {
     /// No statistics attribute was present.
@@ -21,6 +23,7 @@ pub enum StatsSource {
 
 /// Traffic counters and rate estimates of a service or destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Stats {
     /// Connections scheduled.
@@ -49,6 +52,7 @@ pub struct Stats {
 
 /// Connection counts of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ConnCounts {
     /// Active connections (TCP established).
@@ -61,6 +65,7 @@ pub struct ConnCounts {
 
 /// A virtual server as the kernel reported it, with its statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct ServiceSnapshot {
     /// The configuration (compare this, not the snapshot).
@@ -71,6 +76,7 @@ pub struct ServiceSnapshot {
 
 /// A real server as the kernel reported it, with its counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct DestinationSnapshot {
     /// The configuration (compare this, not the snapshot).
@@ -84,6 +90,7 @@ pub struct DestinationSnapshot {
 /// Connection timeouts in seconds (`ipvsadm --set`). When setting, 0 keeps the
 /// kernel's current value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Timeouts {
     /// Established TCP sessions.
@@ -96,6 +103,7 @@ pub struct Timeouts {
 
 /// The IPVS version the kernel reports (1.2.1 on every kernel since 2.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Version(pub u32);
 
@@ -122,6 +130,7 @@ impl fmt::Display for Version {
 
 /// What `GET_INFO` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Info {
     /// IPVS version.

@@ -1,0 +1,265 @@
+//! mini-proxy: a small node agent on ipvsctl's public API, shaped like the
+//! IPVS part of a service proxy.
+//!
+//! ```text
+//! mini-proxy --config FILE [--netns NAME] [--device ipvs0] [--period SECS] [--cleanup] [--once]
+//! ```
+//!
+//! * checks the kernel modules at start and exits with the check's
+//!   explanation when IPVS is not usable;
+//! * reads the desired state from FILE (JSON, see `config.rs`), binds the
+//!   virtual IPs on a dummy device (`--device`, default `ipvs0`) and expands
+//!   NodePort services over the node IPs from `ipvsctl::nodeips`, excluding
+//!   that device;
+//! * syncs with `ipvsctl::sync::Syncer` (owned services only, graceful
+//!   termination for removed endpoints) at start, whenever FILE changes
+//!   (checked every 200 ms), and every `--period` seconds (a full verify,
+//!   which also repairs drift); one log line per sync;
+//! * on SIGTERM or SIGINT exits cleanly; with `--cleanup` it first deletes
+//!   the services it owns, and only those.
+//!
+//! Run with `cargo run --features serde --example mini-proxy -- --config state.json`.
+
+mod config;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use ipvsctl::kmod;
+use ipvsctl::nodeips::{self, Options};
+use ipvsctl::sync::{SyncOptions, SyncReport, Syncer, Verify};
+use ipvsctl::{Handle, NetNs};
+
+use config::Config;
+
+struct Args {
+    config: PathBuf,
+    netns: Option<String>,
+    device: String,
+    period: Duration,
+    cleanup: bool,
+    once: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        config: PathBuf::new(),
+        netns: None,
+        device: "ipvs0".into(),
+        period: Duration::from_secs(30),
+        cleanup: false,
+        once: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--config" => args.config = value("--config")?.into(),
+            "--netns" => args.netns = Some(value("--netns")?),
+            "--device" => args.device = value("--device")?,
+            "--period" => {
+                let v = value("--period")?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--period: {v:?} is not a number of seconds"))?;
+                args.period = Duration::from_secs(secs.max(1));
+            }
+            "--cleanup" => args.cleanup = true,
+            "--once" => args.once = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if args.config.as_os_str().is_empty() {
+        return Err("--config FILE is required".into());
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mini-proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ip` inside the proxy's namespace.
+fn ip(args: &Args, cmd: &[&str]) -> Result<(), String> {
+    let mut c = Command::new("ip");
+    if let Some(ns) = &args.netns {
+        c.args(["-n", ns]);
+    }
+    c.args(cmd);
+    let out = c.output().map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Creates the dummy device if needed and binds every virtual IP on it.
+fn bind_vips(args: &Args, cfg: &Config) -> Result<(), String> {
+    if ip(args, &["link", "show", "dev", &args.device]).is_err() {
+        ip(args, &["link", "add", &args.device, "type", "dummy"])?;
+    }
+    for vip in cfg.vips() {
+        let prefix = if vip.is_ipv4() { 32 } else { 128 };
+        ip(
+            args,
+            &[
+                "addr",
+                "replace",
+                &format!("{vip}/{prefix}"),
+                "dev",
+                &args.device,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Node IPs for NodePort services: every up interface but the VIP device.
+fn node_ips(args: &Args, ns: &NetNs) -> Result<Vec<IpAddr>, String> {
+    let opts = Options::new()
+        .exclude(args.device.clone())
+        .netns(ns.clone());
+    nodeips::node_ip_addrs(&opts).map_err(|e| format!("node IPs: {e}"))
+}
+
+/// One line per sync.
+fn log_sync(why: &str, r: &SyncReport, took: Duration) {
+    println!(
+        "sync ({why}): services +{} ~{} -{} ={}, destinations +{} ~{} -{} ={}, draining {}, \
+         {} writes, {} reads, {} failed, {:.1} ms",
+        r.services.added,
+        r.services.updated,
+        r.services.deleted,
+        r.services.unchanged,
+        r.destinations.added,
+        r.destinations.updated,
+        r.destinations.deleted,
+        r.destinations.unchanged,
+        r.draining,
+        r.writes_sent,
+        r.reads_sent,
+        r.failed.len(),
+        took.as_secs_f64() * 1e3
+    );
+    for f in r.root_failures() {
+        match &f.op {
+            Some(op) => println!("  failed: {op:?}: {}", f.error),
+            None => println!("  failed: {}", f.error),
+        }
+    }
+}
+
+/// Reads the file, binds the VIPs, expands NodePorts and syncs.
+fn sync_once(
+    args: &Args,
+    ns: &NetNs,
+    syncer: &mut Syncer<Arc<Handle>>,
+    why: &str,
+    verify: Verify,
+) -> Result<(), String> {
+    let cfg = Config::load(&args.config)?;
+    bind_vips(args, &cfg)?;
+    let nodes = if cfg.services.iter().any(|s| s.node_port.is_some()) {
+        node_ips(args, ns)?
+    } else {
+        Vec::new()
+    };
+    let desired = cfg.desired(&nodes)?;
+    let start = Instant::now();
+    let report = syncer
+        .sync(&desired, verify)
+        .map_err(|e| format!("sync: {e}"))?;
+    log_sync(why, &report, start.elapsed());
+    Ok(())
+}
+
+/// What identifies a version of the file.
+fn stamp(args: &Args) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(&args.config).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+
+    // Modules first: a proxy that cannot program IPVS must say why, loudly.
+    let diagnosis = kmod::diagnose();
+    if !diagnosis.report.usability().usable {
+        return Err(format!("IPVS is not usable on this node:\n{diagnosis}"));
+    }
+
+    let ns = match &args.netns {
+        Some(name) => NetNs::named(name.clone()),
+        None => NetNs::Current,
+    };
+    let handle = Arc::new(Handle::open(&ns).map_err(|e| format!("open IPVS handle: {e}"))?);
+    let mut options = SyncOptions::default();
+    options.plan.graceful_termination = true;
+    let mut syncer = Syncer::with_options(Arc::clone(&handle), options);
+
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
+
+    let mut seen = stamp(&args);
+    sync_once(&args, &ns, &mut syncer, "start", Verify::Full)?;
+    let mut last = Instant::now();
+    while !args.once && !term.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = stamp(&args);
+        let result = if now != seen {
+            seen = now;
+            Some(sync_once(
+                &args,
+                &ns,
+                &mut syncer,
+                "file changed",
+                Verify::Services,
+            ))
+        } else if last.elapsed() >= args.period {
+            Some(sync_once(&args, &ns, &mut syncer, "period", Verify::Full))
+        } else {
+            None
+        };
+        if let Some(r) = result {
+            last = Instant::now();
+            // A bad file or a failed sync is logged; the last good state stays.
+            if let Err(e) = r {
+                println!("sync failed: {e}");
+            }
+        }
+    }
+
+    if args.cleanup {
+        let owned: Vec<_> = syncer.owned().iter().copied().collect();
+        let mut removed = 0;
+        for key in &owned {
+            match handle.delete_service(key) {
+                Ok(()) => removed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => println!("cleanup: {key:?}: {e}"),
+            }
+        }
+        println!("exit: removed {removed} owned services");
+    } else {
+        println!("exit: services left in place");
+    }
+    Ok(())
+}

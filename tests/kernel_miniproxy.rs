@@ -1,0 +1,379 @@
+//! mini-proxy (`examples/mini-proxy`) against a real kernel, and the `serde`
+//! feature it reads its desired state with.
+//!
+//! Needs `--features serde` (the example requires it):
+//! `cargo test --features serde --test kernel_miniproxy`. The kernel test
+//! runs the example's binary (built by `cargo test` next to the test
+//! binaries) inside a fresh namespace with node interfaces named `ens3` and
+//! `bond0`, rewrites the desired-state file step by step and checks the
+//! kernel's table after each sync; finally SIGTERM with `--cleanup` removes
+//! the proxy's services and leaves a foreign one alone.
+#![cfg(feature = "serde")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipvsctl::model::{
+    AddressFamily, ForwardMethod, Netmask, PersistenceEngine, RealServer, Scheduler, ServiceFlags,
+    ServiceKey, Tunnel, VirtualServer,
+};
+use ipvsctl::{Handle, NetNs};
+use support::TestNetns;
+
+// ---------------------------------------------------------------- serde ---
+
+#[test]
+fn serde_schedulers_are_kernel_names() {
+    assert_eq!(
+        serde_json::to_string(&Scheduler::WeightedRoundRobin).unwrap(),
+        r#""wrr""#
+    );
+    assert_eq!(
+        serde_json::from_str::<Scheduler>(r#""mh""#).unwrap(),
+        Scheduler::MaglevHashing
+    );
+    // An unknown name is an out-of-tree scheduler, kept as written.
+    assert_eq!(
+        serde_json::from_str::<Scheduler>(r#""mine""#).unwrap(),
+        Scheduler::Other("mine".into())
+    );
+    assert_eq!(
+        serde_json::to_string(&Scheduler::Other("mine".into())).unwrap(),
+        r#""mine""#
+    );
+    for s in Scheduler::BUILT_IN {
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, format!("\"{}\"", s.name()));
+        assert_eq!(serde_json::from_str::<Scheduler>(&json).unwrap(), s);
+    }
+}
+
+#[test]
+fn serde_virtual_server_round_trip_and_defaults() {
+    let vs = VirtualServer::new(ServiceKey::tcp("10.96.0.10:80".parse().unwrap()))
+        .with_scheduler(Scheduler::SourceHashing)
+        .with_persistence(120)
+        .with_flags(ServiceFlags::SCHED1)
+        .with_persistence_engine(PersistenceEngine::sip());
+    let json = serde_json::to_string(&vs).unwrap();
+    assert_eq!(serde_json::from_str::<VirtualServer>(&json).unwrap(), vs);
+
+    // Flags, timeout and persistence engine may be left out; the key,
+    // scheduler and netmask may not (a netmask has no family-free default).
+    let netmask = serde_json::to_string(&Netmask::full(AddressFamily::Inet)).unwrap();
+    let short = format!(
+        r#"{{"key":{{"addr":{{"protocol":"udp","addr":"10.96.0.53:53"}}}},"scheduler":"rr","netmask":{netmask}}}"#
+    );
+    assert_eq!(
+        serde_json::from_str::<VirtualServer>(&short).expect("short form"),
+        VirtualServer::new(ServiceKey::udp("10.96.0.53:53".parse().unwrap()))
+            .with_scheduler(Scheduler::RoundRobin)
+    );
+    let missing = serde_json::from_str::<VirtualServer>(r#"{"scheduler":"rr"}"#).unwrap_err();
+    assert!(missing.to_string().contains("key"), "{missing}");
+}
+
+#[test]
+fn serde_real_server_round_trip() {
+    for fwd in [
+        ForwardMethod::Masquerade,
+        ForwardMethod::DirectRoute,
+        ForwardMethod::Local,
+        ForwardMethod::Tunnel(Tunnel::gue(6080)),
+        ForwardMethod::Tunnel(Tunnel::gre()),
+    ] {
+        let rs = RealServer::new("[2001:db8::1]:8080".parse().unwrap())
+            .with_weight(7)
+            .with_forward(fwd)
+            .with_thresholds(100, 50);
+        let json = serde_json::to_string(&rs).unwrap();
+        assert_eq!(
+            serde_json::from_str::<RealServer>(&json).unwrap(),
+            rs,
+            "{json}"
+        );
+    }
+    let rs: RealServer =
+        serde_json::from_str(r#"{"addr":"10.1.0.2:8080","weight":3,"forward":"masquerade"}"#)
+            .unwrap();
+    assert_eq!(
+        rs,
+        RealServer::new("10.1.0.2:8080".parse().unwrap())
+            .with_weight(3)
+            .with_forward(ForwardMethod::Masquerade)
+    );
+    let bad = serde_json::from_str::<RealServer>(
+        r#"{"addr":"10.1.0.2:8080","weight":3,"forward":"nat"}"#,
+    )
+    .unwrap_err();
+    assert!(bad.to_string().contains("nat"), "{bad}");
+}
+
+// ----------------------------------------------------------- mini-proxy ---
+
+/// The example's binary, built by `cargo test --features serde` next to the
+/// test binaries (`target/debug/examples/mini-proxy`).
+fn mini_proxy_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/debug/deps/..");
+    let bin = dir.join("examples").join("mini-proxy");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo test --features serde` (or build the example)",
+        bin.display()
+    );
+    bin
+}
+
+/// The running proxy with its log file; killed (SIGKILL) if still running
+/// on drop.
+struct Proxy {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proxy {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes the state file atomically (the proxy never sees half a file).
+fn write_state(path: &Path, json: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, json).expect("write state");
+    std::fs::rename(&tmp, path).expect("rename state");
+}
+
+type Table = BTreeMap<ServiceKey, (Scheduler, BTreeMap<SocketAddr, u32>)>;
+
+fn table(h: &Handle) -> Table {
+    let mut t = Table::new();
+    for s in h.list_services().expect("list services") {
+        let dests = h
+            .list_destinations(&s.service.key)
+            .expect("list destinations")
+            .into_iter()
+            .map(|d| (d.server.addr, d.server.weight))
+            .collect();
+        t.insert(s.service.key, (s.service.scheduler.clone(), dests));
+    }
+    t
+}
+
+/// Waits (up to 15 s) until the kernel's table is `want`.
+fn wait_for(h: &Handle, want: &Table, proxy: &Proxy, step: &str) {
+    let start = Instant::now();
+    loop {
+        let got = table(h);
+        if &got == want {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            panic!(
+                "{step}: the kernel's table is not the desired one\n got: {got:#?}\nwant: {want:#?}\nproxy log:\n{}",
+                proxy.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn tcp(s: &str) -> ServiceKey {
+    ServiceKey::tcp(s.parse().unwrap())
+}
+
+fn udp(s: &str) -> ServiceKey {
+    ServiceKey::udp(s.parse().unwrap())
+}
+
+fn dests(list: &[(&str, u32)]) -> BTreeMap<SocketAddr, u32> {
+    list.iter().map(|(a, w)| (a.parse().unwrap(), *w)).collect()
+}
+
+const NODE_IPS: [&str; 2] = ["192.168.10.5", "192.168.20.5"];
+
+#[test]
+fn mini_proxy_follows_the_state_file() {
+    let bin = mini_proxy_binary();
+    let ns = TestNetns::with_ipvs();
+    // Node interfaces with the names kube-proxy v1.9's eth* guess missed.
+    ns.run("ip", &["link", "add", "ens3", "type", "dummy"]);
+    if ns
+        .try_run("ip", &["link", "add", "bond0", "type", "bond"])
+        .is_err()
+    {
+        ns.run("ip", &["link", "add", "bond0", "type", "dummy"]);
+    }
+    ns.run("ip", &["addr", "add", "192.168.10.5/24", "dev", "ens3"]);
+    ns.run("ip", &["addr", "add", "192.168.20.5/24", "dev", "bond0"]);
+    // The proxy's VIP device, with an address of its own that must not get
+    // NodePort services.
+    ns.run("ip", &["link", "add", "kp-ipvs0", "type", "dummy"]);
+    ns.run("ip", &["addr", "add", "172.30.0.1/32", "dev", "kp-ipvs0"]);
+    for dev in ["ens3", "bond0", "kp-ipvs0"] {
+        ns.run("ip", &["link", "set", dev, "up"]);
+    }
+    // A foreign service the proxy must never touch.
+    ns.ipvsadm("-A -t 10.200.0.1:80 -s lc");
+
+    let dir = std::env::temp_dir().join(format!("mini-proxy-{}", ns.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.json");
+    let log = dir.join("proxy.log");
+
+    let web = |sched: &str, eps: &str| {
+        format!(
+            r#"{{"name":"web","vip":"10.96.0.10","port":80,"protocol":"tcp","scheduler":"{sched}","node_port":30080,"endpoints":[{eps}]}}"#
+        )
+    };
+    let dns = r#"{"name":"dns","vip":"10.96.0.53","port":53,"protocol":"udp","endpoints":[{"ip":"10.1.0.7","port":53}]}"#;
+    let api = r#"{"name":"api","vip":"10.96.0.20","port":443,"protocol":"tcp","scheduler":"wlc","endpoints":[{"ip":"10.1.0.9","port":6443,"weight":2}]}"#;
+    let two = r#"{"ip":"10.1.0.2","port":8080},{"ip":"10.1.0.3","port":8080}"#;
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{dns}]}}"#, web("rr", two)),
+    );
+
+    let child = Command::new(&bin)
+        .args(["--config", state.to_str().unwrap(), "--netns", ns.name()])
+        .args(["--device", "kp-ipvs0", "--period", "2", "--cleanup"])
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mini-proxy");
+    let mut proxy = Proxy { child, log };
+    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+
+    let web_keys = || {
+        let mut k = vec![tcp("10.96.0.10:80")];
+        k.extend(NODE_IPS.iter().map(|ip| tcp(&format!("{ip}:30080"))));
+        k
+    };
+    let mut want = Table::new();
+    want.insert(
+        tcp("10.200.0.1:80"),
+        (Scheduler::LeastConnection, BTreeMap::new()),
+    );
+    let set_web = |want: &mut Table, sched: Scheduler, d: &[(&str, u32)]| {
+        for k in web_keys() {
+            want.insert(k, (sched.clone(), dests(d)));
+        }
+    };
+    set_web(
+        &mut want,
+        Scheduler::RoundRobin,
+        &[("10.1.0.2:8080", 1), ("10.1.0.3:8080", 1)],
+    );
+    want.insert(
+        udp("10.96.0.53:53"),
+        (Scheduler::RoundRobin, dests(&[("10.1.0.7:53", 1)])),
+    );
+    wait_for(&h, &want, &proxy, "start");
+    // NodePorts on ens3 and bond0 only: not on the VIP device's addresses.
+    let t = table(&h);
+    for excluded in ["172.30.0.1:30080", "10.96.0.10:30080", "10.96.0.53:30080"] {
+        assert!(
+            !t.contains_key(&tcp(excluded)),
+            "{excluded} must not be a NodePort"
+        );
+    }
+
+    // 1. Add a service.
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{dns},{api}]}}"#, web("rr", two)),
+    );
+    want.insert(
+        tcp("10.96.0.20:443"),
+        (
+            Scheduler::WeightedLeastConnection,
+            dests(&[("10.1.0.9:6443", 2)]),
+        ),
+    );
+    wait_for(&h, &want, &proxy, "add a service");
+
+    // 2. Remove an endpoint (graceful termination: drained, then deleted once
+    //    idle; it has no connections, so it goes).
+    let one = r#"{"ip":"10.1.0.2","port":8080}"#;
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{dns},{api}]}}"#, web("rr", one)),
+    );
+    set_web(&mut want, Scheduler::RoundRobin, &[("10.1.0.2:8080", 1)]);
+    wait_for(&h, &want, &proxy, "remove an endpoint");
+
+    // 3. Change a weight.
+    let heavy = r#"{"ip":"10.1.0.2","port":8080,"weight":5}"#;
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{dns},{api}]}}"#, web("rr", heavy)),
+    );
+    set_web(&mut want, Scheduler::RoundRobin, &[("10.1.0.2:8080", 5)]);
+    wait_for(&h, &want, &proxy, "change a weight");
+
+    // 4. Change a scheduler.
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{dns},{api}]}}"#, web("wrr", heavy)),
+    );
+    set_web(
+        &mut want,
+        Scheduler::WeightedRoundRobin,
+        &[("10.1.0.2:8080", 5)],
+    );
+    wait_for(&h, &want, &proxy, "change a scheduler");
+
+    // 5. Drift is repaired by the periodic full sync.
+    h.delete_service(&tcp("10.96.0.20:443"))
+        .expect("delete behind the proxy's back");
+    wait_for(&h, &want, &proxy, "periodic repair");
+
+    // 6. SIGTERM with --cleanup: the proxy's services go, the foreign stays.
+    support::run("kill", &["-TERM", &proxy.child.id().to_string()]);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = proxy.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no exit after SIGTERM:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = proxy.child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let log = proxy.log();
+    println!("mini-proxy log:\n{log}{err}");
+    assert!(status.success(), "exit status {status}: {err}\n{log}");
+    let mut foreign = Table::new();
+    foreign.insert(
+        tcp("10.200.0.1:80"),
+        (Scheduler::LeastConnection, BTreeMap::new()),
+    );
+    assert_eq!(table(&h), foreign);
+    assert!(log.contains("exit: removed 5 owned services"), "{log}");
+    let syncs = log.lines().filter(|l| l.starts_with("sync (")).count();
+    assert!(syncs >= 6, "one log line per sync: {log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
