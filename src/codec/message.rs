@@ -1,6 +1,6 @@
 //! An IPVS generic-netlink message: a command and its top-level attributes.
 
-use netlink_packet_core::{DecodeError, Emitable, NlasIterator, ParseableParametrized};
+use netlink_packet_core::{DecodeError, Emitable, ParseableParametrized};
 use netlink_packet_generic::{GenlFamily, GenlHeader};
 
 use super::attr::{IpvsAttr, emit_all, len_all};
@@ -129,8 +129,8 @@ impl IpvsMessage {
     pub fn parse_attrs(cmd: IpvsCmd, version: u8, buf: &[u8]) -> Result<Self, DecodeError> {
         let info = cmd.carries_info();
         let mut attrs = Vec::with_capacity(2);
-        for nla in NlasIterator::new(buf) {
-            attrs.push(IpvsAttr::parse(&nla?, info)?);
+        for nla in super::attr::RawAttrs::new(buf) {
+            attrs.push(IpvsAttr::parse_view(&nla?, info)?);
         }
         Ok(IpvsMessage {
             cmd,

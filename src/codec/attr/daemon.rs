@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
-use super::{emit_cstr, fixed, kind, other, parse_cstr};
+use super::{AttrView, ParseAttr, emit_cstr, fixed, kind, other, parse_cstr};
 use crate::codec::consts::daemon_attr as a;
 
 /// One attribute nested in `IPVS_CMD_ATTR_DAEMON`.
@@ -72,6 +72,12 @@ impl Nla for DaemonAttr {
 
 impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DaemonAttr {
     fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        Self::parse_view(nla)
+    }
+}
+
+impl ParseAttr for DaemonAttr {
+    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match kind(nla) {
             a::STATE => Self::State(u32::from_ne_bytes(fixed("daemon STATE", v)?)),

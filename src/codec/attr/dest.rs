@@ -2,7 +2,9 @@
 
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
-use super::{RawAddr, StatsAttr, emit_all, fixed, kind, len_all, other, parse_all};
+use super::{
+    AttrView, ParseAttr, RawAddr, StatsAttr, emit_all, fixed, kind, len_all, other, parse_all,
+};
 use crate::codec::consts::dest_attr as a;
 
 /// One attribute nested in `IPVS_CMD_ATTR_DEST`.
@@ -103,6 +105,12 @@ impl Nla for DestAttr {
 
 impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DestAttr {
     fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        Self::parse_view(nla)
+    }
+}
+
+impl ParseAttr for DestAttr {
+    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
         Ok(match kind(nla) {

@@ -21,7 +21,7 @@ pub use service::ServiceAttr;
 pub use stats::{StatValue, StatsAttr};
 pub use top::IpvsAttr;
 
-use netlink_packet_core::{DecodeError, DefaultNla, NlaBuffer, NlasIterator, Parseable};
+use netlink_packet_core::{DecodeError, DefaultNla, NlaBuffer};
 
 /// An address attribute as carried on the wire: up to 16 bytes (the kernel
 /// sends the whole `union nf_inet_addr`, 16 bytes, even for IPv4).
@@ -87,29 +87,123 @@ impl RawAddr {
     }
 }
 
-/// Iterates the attributes in `buf`, parsing each with `T::parse`. A truncated
-/// or malformed attribute is an error, never a panic.
-pub(crate) fn parse_all<T>(buf: &[u8]) -> Result<Vec<T>, DecodeError>
-where
-    T: for<'a> Parseable<NlaBuffer<&'a [u8]>>,
-{
+/// One attribute as found in a buffer: its type (with the flag bits) and
+/// value. Cheaper than netlink-packet-core's `NlaBuffer` on the decode path,
+/// which dominates the cost of reading large dumps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawNla<'a> {
+    raw_kind: u16,
+    value: &'a [u8],
+}
+
+/// Read access to an attribute, from a [`RawNla`] or an `NlaBuffer`, so each
+/// attribute enum has one parser for both.
+pub(crate) trait AttrView {
+    /// The type with `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER` as sent.
+    fn raw_kind(&self) -> u16;
+    /// The value, without header or padding.
+    fn value(&self) -> &[u8];
+}
+
+impl AttrView for RawNla<'_> {
+    fn raw_kind(&self) -> u16 {
+        self.raw_kind
+    }
+    fn value(&self) -> &[u8] {
+        self.value
+    }
+}
+
+impl AttrView for NlaBuffer<&[u8]> {
+    fn raw_kind(&self) -> u16 {
+        let mut k = self.kind();
+        if self.nested_flag() {
+            k |= netlink_packet_core::NLA_F_NESTED;
+        }
+        if self.network_byte_order_flag() {
+            k |= netlink_packet_core::NLA_F_NET_BYTEORDER;
+        }
+        k
+    }
+    fn value(&self) -> &[u8] {
+        NlaBuffer::value(self)
+    }
+}
+
+/// Iterates the attributes of a buffer. A length field that is too short or
+/// runs past the buffer is an error, after which iteration stops; missing
+/// padding after the last attribute is accepted, as the kernel does.
+pub(crate) struct RawAttrs<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> RawAttrs<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        RawAttrs { buf }
+    }
+}
+
+impl<'a> Iterator for RawAttrs<'a> {
+    type Item = Result<RawNla<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.buf;
+        if b.is_empty() {
+            return None;
+        }
+        let header = b.get(..4).map(|h| {
+            (
+                usize::from(u16::from_ne_bytes([h[0], h[1]])),
+                u16::from_ne_bytes([h[2], h[3]]),
+            )
+        });
+        match header {
+            Some((len, raw_kind)) if len >= 4 && len <= b.len() => {
+                self.buf = b.get((len + 3) & !3..).unwrap_or(&[]);
+                Some(Ok(RawNla {
+                    raw_kind,
+                    value: &b[4..len],
+                }))
+            }
+            _ => {
+                self.buf = &[];
+                Some(Err(DecodeError::from(format!(
+                    "malformed attribute: {} bytes left, length field {}",
+                    b.len(),
+                    b.get(..2).map_or(0, |l| u16::from_ne_bytes([l[0], l[1]]))
+                ))))
+            }
+        }
+    }
+}
+
+/// An attribute enum's parser, over any [`AttrView`].
+pub(crate) trait ParseAttr: Sized {
+    /// Parses one attribute.
+    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError>;
+}
+
+/// Iterates the attributes in `buf`, parsing each. A truncated or malformed
+/// attribute is an error, never a panic.
+pub(crate) fn parse_all<T: ParseAttr>(buf: &[u8]) -> Result<Vec<T>, DecodeError> {
     // Every attribute takes at least 4 bytes: this bounds the allocation by
     // the input, whatever the length fields say.
     let mut out = Vec::with_capacity(buf.len() / 8);
-    for nla in NlasIterator::new(buf) {
-        out.push(T::parse(&nla?)?);
+    for nla in RawAttrs::new(buf) {
+        out.push(T::parse_view(&nla?)?);
     }
     Ok(out)
 }
 
 /// The attribute type without the `NESTED` and `NET_BYTEORDER` bits.
-pub(crate) fn kind(nla: &NlaBuffer<&[u8]>) -> u16 {
-    nla.kind() & super::consts::NLA_TYPE_MASK
+pub(crate) fn kind<V: AttrView>(nla: &V) -> u16 {
+    nla.raw_kind() & super::consts::NLA_TYPE_MASK
 }
 
-/// An attribute this crate does not interpret, kept for re-emission.
-pub(crate) fn other(nla: &NlaBuffer<&[u8]>) -> Result<DefaultNla, DecodeError> {
-    DefaultNla::parse(nla)
+/// An attribute this crate does not interpret, kept for re-emission with
+/// its type bits as sent.
+pub(crate) fn other<V: AttrView>(nla: &V) -> Result<DefaultNla, DecodeError> {
+    Ok(DefaultNla::new(nla.raw_kind(), nla.value().to_vec()))
 }
 
 /// Emits a list of attributes into `buf` (which is exactly their length).

@@ -3,7 +3,8 @@
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
 use super::{
-    RawAddr, StatsAttr, emit_all, emit_cstr, fixed, kind, len_all, other, parse_all, parse_cstr,
+    AttrView, ParseAttr, RawAddr, StatsAttr, emit_all, emit_cstr, fixed, kind, len_all, other,
+    parse_all, parse_cstr,
 };
 use crate::codec::consts::svc_attr as a;
 
@@ -95,6 +96,12 @@ impl Nla for ServiceAttr {
 
 impl<'a> Parseable<NlaBuffer<&'a [u8]>> for ServiceAttr {
     fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        Self::parse_view(nla)
+    }
+}
+
+impl ParseAttr for ServiceAttr {
+    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match kind(nla) {
             a::AF => Self::Af(u16::from_ne_bytes(fixed("service AF", v)?)),

@@ -3,7 +3,7 @@
 
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
-use super::{kind, other};
+use super::{AttrView, ParseAttr, kind, other};
 use crate::codec::consts::stats_attr as a;
 
 /// A counter as sent: `STATS` carries most counters as u32 and bytes as u64;
@@ -144,6 +144,12 @@ impl Nla for StatsAttr {
 
 impl<'a> Parseable<NlaBuffer<&'a [u8]>> for StatsAttr {
     fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
+        Self::parse_view(nla)
+    }
+}
+
+impl ParseAttr for StatsAttr {
+    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match kind(nla) {
             a::CONNS => Self::Conns(StatValue::parse(v)?),

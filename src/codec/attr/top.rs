@@ -3,7 +3,9 @@
 
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer};
 
-use super::{DaemonAttr, DestAttr, ServiceAttr, emit_all, fixed, kind, len_all, other, parse_all};
+use super::{
+    AttrView, DaemonAttr, DestAttr, ServiceAttr, emit_all, fixed, kind, len_all, other, parse_all,
+};
 use crate::codec::consts::{cmd_attr as a, info_attr};
 
 /// One top-level attribute.
@@ -80,6 +82,10 @@ impl IpvsAttr {
     /// (`GET_INFO` requests and `SET_INFO` replies), whose numbers overlap the
     /// command attributes.
     pub fn parse(nla: &NlaBuffer<&[u8]>, info: bool) -> Result<Self, DecodeError> {
+        Self::parse_view(nla, info)
+    }
+
+    pub(crate) fn parse_view<V: AttrView>(nla: &V, info: bool) -> Result<Self, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
         Ok(match (info, kind(nla)) {
