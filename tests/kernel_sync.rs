@@ -65,8 +65,28 @@ fn table_of(d: &DesiredState) -> Table {
 }
 
 /// `dump` minus the given foreign services, which must be exactly as given.
-fn managed_part(h: &Handle, foreign: &Table) -> Table {
+///
+/// A multi-part service dump is not reliable while other namespaces change
+/// their services (the kernel resumes a dump by a position counted over the
+/// services of every namespace, so entries can be skipped or repeated; tests
+/// run in parallel), so services expected (in `want` or `foreign`) but not
+/// listed are looked up one by one before they count as missing.
+fn managed_part_of(h: &Handle, foreign: &Table, want: &Table) -> Table {
     let mut all = dump(h);
+    for k in want.keys().chain(foreign.keys()) {
+        if all.contains_key(k) {
+            continue;
+        }
+        if let Ok(s) = h.get_service(k) {
+            let dests = h
+                .list_destinations(k)
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.server.addr, d.server))
+                .collect();
+            all.insert(*k, (s.service, dests));
+        }
+    }
     for (k, v) in foreign {
         assert_eq!(
             all.remove(k).as_ref(),
@@ -75,6 +95,16 @@ fn managed_part(h: &Handle, foreign: &Table) -> Table {
         );
     }
     all
+}
+
+fn managed_part(h: &Handle, foreign: &Table) -> Table {
+    managed_part_of(h, foreign, &Table::new())
+}
+
+/// Panics with the first differences unless the managed part of the
+/// kernel's table is `want`.
+fn assert_converged(h: &Handle, foreign: &Table, want: &Table) {
+    assert_same(&managed_part_of(h, foreign, want), want);
 }
 
 /// Two services made with ipvsadm that no syncer was given.
@@ -223,8 +253,16 @@ fn randomised_desired_states_converge() {
     runner
         .run(&strat, |(pool, rounds, verifies)| {
             // Each case starts from a kernel holding only the foreign services.
-            for k in managed_part(&h, &foreign).keys() {
-                h.delete_service(k).unwrap();
+            // (Listed until none is left: a dump can skip entries while
+            // other tests change their namespaces.)
+            loop {
+                let left = managed_part(&h, &foreign);
+                if left.is_empty() {
+                    break;
+                }
+                for k in left.keys() {
+                    h.delete_service(k).unwrap();
+                }
             }
             let mut syncer = Syncer::new(&h);
             for (round, v) in rounds.iter().zip(&verifies) {
@@ -232,7 +270,8 @@ fn randomised_desired_states_converge() {
                 let verify = [Verify::Full, Verify::Services, Verify::None][*v as usize];
                 let report = syncer.sync(&desired, verify).unwrap();
                 assert_ok(&report);
-                let diff = table_diff(&managed_part(&h, &foreign), &table_of(&desired));
+                let want = table_of(&desired);
+                let diff = table_diff(&managed_part_of(&h, &foreign, &want), &want);
                 prop_assert!(diff.is_none(), "{}", diff.unwrap_or_default());
                 // A second sync of the same state writes nothing.
                 let again = syncer.sync(&desired, Verify::Full).unwrap();
@@ -283,7 +322,7 @@ fn scopes_never_touch_foreign_services() {
     assert_eq!(r.services.added, 20);
     assert_eq!(r.destinations.added, 60);
     assert_eq!(r.writes_sent, 80);
-    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+    assert_converged(&h, &foreign, &table_of(&desired));
     // A second process (new syncer, default scope) with another desired set
     // leaves the first one's services alone.
     let other = cluster(25, 2, 4);
@@ -299,7 +338,7 @@ fn scopes_never_touch_foreign_services() {
     assert_ok(&s2.sync(&theirs, Verify::Services).unwrap());
     let mut both = table_of(&desired);
     both.extend(table_of(&theirs));
-    assert_same(&managed_part(&h, &foreign), &both);
+    assert_converged(&h, &foreign, &both);
     // A filter scope cleans up what it claims: 10.96.0.0/16 TCP services.
     let mut s3 = Syncer::with_options(
         &h,
@@ -313,7 +352,7 @@ fn scopes_never_touch_foreign_services() {
     let r = s3.sync(&theirs, Verify::Services).unwrap();
     assert_ok(&r);
     assert_eq!(r.services.deleted, 20);
-    assert_same(&managed_part(&h, &foreign), &table_of(&theirs));
+    assert_converged(&h, &foreign, &table_of(&theirs));
     // Scope::All owns the namespace.
     let mut s4 = Syncer::with_options(
         &h,
@@ -366,7 +405,7 @@ fn partial_failure_applies_the_rest_and_converges() {
     assert_eq!(r.services.added, 300);
     assert_eq!(r.destinations.added, 1200);
     assert_eq!(r.writes_sent, 1 + 3 + 300 + 1200);
-    assert_same(&managed_part(&h, &foreign), &table_of(&good));
+    assert_converged(&h, &foreign, &table_of(&good));
     // Again, unchanged: only the failing service is retried.
     let r = s.sync(&desired, Verify::Services).unwrap();
     assert_eq!(r.writes_sent, 4);
@@ -383,7 +422,7 @@ fn partial_failure_applies_the_rest_and_converges() {
     let r = s.sync(&fixed, Verify::Services).unwrap();
     assert_ok(&r);
     assert_eq!(r.writes_sent, 4);
-    assert_same(&managed_part(&h, &foreign), &table_of(&fixed));
+    assert_converged(&h, &foreign, &table_of(&fixed));
 }
 
 #[test]
@@ -417,7 +456,7 @@ fn drift_is_repaired() {
     assert_eq!(r.destinations.updated, 1);
     assert_eq!(r.destinations.deleted, 1);
     assert_eq!(r.writes_sent, 3);
-    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+    assert_converged(&h, &foreign, &table_of(&desired));
 }
 
 #[test]
@@ -451,7 +490,7 @@ fn contradictions_heal_within_one_sync() {
         errors.contains(&3) && errors.contains(&17) && errors.contains(&2),
         "{errors:?}"
     );
-    assert_same(&managed_part(&h, &foreign), &table_of(&next));
+    assert_converged(&h, &foreign, &table_of(&next));
     assert_eq!(s.sync(&next, Verify::Full).unwrap().writes_sent, 0);
 }
 
@@ -471,7 +510,7 @@ fn one_by_one_mode_matches_pipelined() {
     let r = s.sync(&desired, Verify::Full).unwrap();
     assert_ok(&r);
     assert_eq!(r.writes_sent, 250);
-    assert_same(&managed_part(&h, &foreign), &table_of(&desired));
+    assert_converged(&h, &foreign, &table_of(&desired));
     // Two reader sockets give the same full read.
     let r = s.sync(&desired, Verify::Full).unwrap();
     assert_eq!(r.writes_sent, 0);
@@ -568,7 +607,29 @@ fn killed_mid_sync_converges() {
     assert_ok(&r);
     assert_eq!(r.verified, Some(Verify::Full));
     assert!(r.writes_sent > 0);
-    assert_same(&managed_part(&h, &foreign), &table_of(&target));
+    let after = managed_part_of(&h, &foreign, &table_of(&target));
+    if let Some(diff) = table_diff(&after, &table_of(&target)) {
+        let missing: Vec<_> = table_of(&target)
+            .keys()
+            .filter(|k| !after.contains_key(k))
+            .copied()
+            .collect();
+        panic!(
+            "not converged: {diff}\nbefore: {} services, {} real servers; missing before: {}; report: planned {:?}, services {:?}, dests {:?}, writes {}, reads {}, retried {:?}",
+            before.len(),
+            before.values().map(|s| s.1.len()).sum::<usize>(),
+            missing.iter().filter(|k| !before.contains_key(k)).count(),
+            r.planned,
+            r.services,
+            r.destinations,
+            r.writes_sent,
+            r.reads_sent,
+            r.retried
+                .iter()
+                .map(|f| (&f.op, f.error.to_string()))
+                .collect::<Vec<_>>()
+        );
+    }
     assert_eq!(s.sync(&target, Verify::Full).unwrap().writes_sent, 0);
 }
 

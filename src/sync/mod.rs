@@ -62,6 +62,7 @@ mod plan;
 mod read;
 mod state;
 mod syncer;
+mod wire;
 
 pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan};
 pub use state::{

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
 use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
+use super::wire::Writer;
 use crate::model::ServiceKey;
-use crate::{BatchMode, Error, Handle, Op, Result};
+use crate::{BatchMode, BatchReport, Error, Handle, Op, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,7 +138,7 @@ impl SyncReport {
 /// repairs any drift. A new syncer (a new process) has no memory and reads
 /// the kernel on its first sync whatever is asked.
 ///
-/// Writes go out pipelined ([`Handle::apply_with`]): many requests per
+/// Writes go out pipelined on the syncer's own socket: many requests per
 /// datagram, every ACK matched to its request, batches sized to the socket
 /// buffers. A failed operation never stops the others; when the kernel
 /// disagrees with the syncer's view (an object that exists, or is missing,
@@ -174,6 +175,8 @@ pub struct Syncer<H: Borrow<Handle> = Arc<Handle>> {
     owned: HashSet<ServiceKey>,
     /// Extra sockets for parallel reads.
     readers: Vec<Handle>,
+    /// The write socket (opened on first use).
+    writer: Option<Writer>,
 }
 
 impl<H: Borrow<Handle>> Syncer<H> {
@@ -193,6 +196,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             stale: HashSet::new(),
             owned: HashSet::new(),
             readers: Vec::new(),
+            writer: None,
         }
     }
 
@@ -347,6 +351,36 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 }
             }
         }
+        // A multi-part service dump is not a snapshot: the kernel resumes it
+        // by position in a table shared by every namespace, so changes in
+        // another namespace can make it skip services of this one. Services
+        // remembered but not listed are looked up before they count as gone.
+        let unlisted: Vec<ServiceKey> = self
+            .memory
+            .keys()
+            .filter(|k| !seen.contains_key(k))
+            .copied()
+            .collect();
+        if !unlisted.is_empty() {
+            let found = read::lookup(self.handle.borrow(), &unlisted)?;
+            report.reads_sent += unlisted.len();
+            for (key, vs) in unlisted.iter().zip(found) {
+                let Some(vs) = vs else { continue };
+                seen.insert(*key, ());
+                let trusted = verify != Verify::Full
+                    && !self.stale.contains(key)
+                    && self
+                        .memory
+                        .get(key)
+                        .is_some_and(|m| m.service == vs && !self.needs_counts(desired, m));
+                if !trusted {
+                    to_read.push(*key);
+                    if let Some(m) = self.memory.get_mut(key) {
+                        m.service = vs;
+                    }
+                }
+            }
+        }
         self.memory.retain(|k, _| seen.contains_key(k));
         self.read_into_memory(&to_read, report)?;
         self.stale.clear();
@@ -384,15 +418,33 @@ impl<H: Borrow<Handle>> Syncer<H> {
             return Vec::new();
         }
         let ops = &plan.ops;
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            None => match Writer::open(self.handle.borrow()) {
+                Ok(w) => self.writer.insert(w),
+                Err(e) => {
+                    report.failed.push(SyncFailure {
+                        op: None,
+                        error: Error::Io {
+                            op: "open the sync's netlink socket".into(),
+                            source: e,
+                        },
+                    });
+                    return Vec::new();
+                }
+            },
+        };
         let memory = &mut self.memory;
         let owned = &mut self.owned;
         let services = &mut report.services;
         let dests = &mut report.destinations;
-        let batch = self.handle.borrow().apply_with(
-            ops.iter().cloned(),
-            self.options.mode,
-            |index, result| {
-                if let (Some(op), Ok(())) = (ops.get(index), result) {
+        let mut batch = BatchReport::default();
+        let outcome = writer.send(
+            ops,
+            self.options.mode == BatchMode::OneByOne,
+            |index, result| match (ops.get(index), result) {
+                (Some(op), Ok(())) => {
+                    batch.sent += 1;
                     remember(memory, owned, op);
                     match op {
                         Op::AddService(_) => services.added += 1,
@@ -403,8 +455,25 @@ impl<H: Borrow<Handle>> Syncer<H> {
                         Op::DeleteDestination(..) => dests.deleted += 1,
                     }
                 }
+                (_, r) => {
+                    batch.sent += 1;
+                    if let Err(e) = r {
+                        batch.failed.push((index, e));
+                    }
+                }
             },
         );
+        if let Err(e) = outcome {
+            // The socket failed: operations not answered have unknown outcomes.
+            self.writer = None;
+            batch.failed.push((
+                usize::MAX,
+                Error::Io {
+                    op: "sync write".into(),
+                    source: e,
+                },
+            ));
+        }
         report.writes_sent += batch.sent;
         // Services whose creation or update failed for a reason a retry
         // cannot fix: their real-server failures follow from it.

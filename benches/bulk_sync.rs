@@ -1,0 +1,671 @@
+//! Bulk sync against a real kernel's IPVS (the cargo runner starts this bench
+//! in the QEMU guest when the host has no IPVS), every case side by side in
+//! one run, with the ratios printed at the end.
+//!
+//! For each size N (services × 10 real servers; default 1,000 and 10,000):
+//!
+//! * `cold/*` — an empty, fresh network namespace to N × 10, each iteration
+//!   in a new namespace (created and flushed/deleted outside the timing):
+//!   - `sync_pipelined`: a new `Syncer` (reads the empty namespace, plans,
+//!     applies pipelined);
+//!   - `sync_one_by_one`: the same, one request per round trip (how other
+//!     IPVS libraries work);
+//!   - `raw_replay`: the same requests pre-encoded, sent in the largest
+//!     batches the socket takes, ACKs drained — the kernel's own cost;
+//!   - `ipvsadm_restore`: `ipvsadm -R` of the identical rule set (Debian's
+//!     ipvsadm). At sizes above 1,000 it is timed outside criterion, once by
+//!     default (`IPVSCTL_BENCH_IPVSADM_RUNS`), because it takes about a
+//!     minute per run under emulation.
+//! * `resync/*` — the namespace already holds the state:
+//!   - `verify_full` (and `verify_full_2_sockets`): no-op sync that reads
+//!     every service and real server back;
+//!   - `verify_services`: no-op sync checking services with one dump;
+//!   - `verify_none`: no-op sync trusting memory;
+//!   - `churn_1pct`: 1% of services (scheduler) and 1% of real servers
+//!     (weight) changed, alternating between two states;
+//!   - `kube_proxy_pattern`: two `GET_SERVICE`s and one real-server dump per
+//!     service, through the handle.
+//! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
+//!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
+//!   per service through the handle's plain calls).
+//! * `adversarial/cold_sync_pipelined` (N = 1,000 only): services
+//!   `10.x.y.1:80`, whose addresses differ only in high bytes and fall into
+//!   one bucket of the kernel's service hash table.
+//!
+//! Peak memory of a 10,000 × 10 sync is measured in a child process (this
+//! binary re-executed): `VmHWM` of a process that builds the desired state,
+//! opens a handle, syncs cold and then resyncs with full verification.
+//!
+//! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
+//! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode};
+use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK};
+use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
+use ipvsctl::netlink::GenlSocket;
+use ipvsctl::netlink::netns::{NetNs, run_in};
+use ipvsctl::sync::{
+    self, DesiredState, Observed, PlanOptions, Scope, SyncOptions, Syncer, Verify,
+};
+use ipvsctl::{BatchMode, Handle};
+
+const DESTS: usize = 10;
+
+// ------------------------------------------------------------------ the state
+
+fn service_key(i: usize, adversarial: bool) -> ServiceKey {
+    let ip = if adversarial {
+        // Only the second and third bytes differ: one hash bucket.
+        Ipv4Addr::new(10, (i / 256 % 256) as u8, (i % 256) as u8, 1)
+    } else {
+        // A ClusterIP-like spread: the low byte varies fastest.
+        Ipv4Addr::new(
+            10,
+            96 + (i / 62_500) as u8,
+            (i / 250 % 250) as u8,
+            (i % 250 + 1) as u8,
+        )
+    };
+    ServiceKey::tcp(SocketAddr::V4(SocketAddrV4::new(ip, 80)))
+}
+
+fn dest_addr(i: usize, j: usize) -> SocketAddr {
+    let idx = i * DESTS + j;
+    let ip = Ipv4Addr::new(
+        10,
+        (244 + idx / 62_500) as u8,
+        (idx / 250 % 250) as u8,
+        (idx % 250 + 1) as u8,
+    );
+    SocketAddr::V4(SocketAddrV4::new(ip, 8080))
+}
+
+/// N services × 10 real servers; `churn` changes 1% of the services (their
+/// scheduler) and 1% of the real servers (their weight).
+fn desired(n: usize, adversarial: bool, churn: bool) -> DesiredState {
+    let mut d = DesiredState::with_capacity(n);
+    for i in 0..n {
+        let sched = if churn && i % 100 == 0 {
+            Scheduler::WeightedRoundRobin
+        } else {
+            Scheduler::RoundRobin
+        };
+        let vs = VirtualServer::new(service_key(i, adversarial)).with_scheduler(sched);
+        let rs = (0..DESTS).map(|j| {
+            let w = if churn && i % 10 == 5 && j == 0 { 2 } else { 1 };
+            RealServer::new(dest_addr(i, j))
+                .with_weight(w)
+                .with_forward(ForwardMethod::Masquerade)
+        });
+        d.insert(vs, rs).expect("valid bench state");
+    }
+    d
+}
+
+fn churn_changes(n: usize) -> usize {
+    n.div_ceil(100) + (0..n).filter(|i| i % 10 == 5).count()
+}
+
+/// The identical rule set for `ipvsadm -R`.
+fn ipvsadm_rules(d: &DesiredState) -> String {
+    let mut s = String::with_capacity(d.destination_count() * 48);
+    for ds in d.services() {
+        let ServiceKey::Addr { addr, .. } = ds.service().key else {
+            continue;
+        };
+        s.push_str(&format!("-A -t {addr} -s {}\n", ds.service().scheduler));
+        for rs in ds.destinations() {
+            s.push_str(&format!(
+                "-a -t {addr} -r {} -m -w {}\n",
+                rs.addr, rs.weight
+            ));
+        }
+    }
+    s
+}
+
+// --------------------------------------------------------------- namespaces
+
+struct Ns {
+    name: String,
+}
+
+impl Ns {
+    fn new() -> Ns {
+        static NEXT: Mutex<u32> = Mutex::new(0);
+        let n = {
+            let mut g = NEXT.lock().unwrap_or_else(|p| p.into_inner());
+            *g += 1;
+            *g
+        };
+        let name = format!("ipvsctl-b-{}-{n}", std::process::id());
+        run("ip", &["netns", "add", &name]);
+        run("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        Ns { name }
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    fn netns(&self) -> NetNs {
+        NetNs::path(self.path())
+    }
+
+    fn handle(&self) -> Handle {
+        Handle::open(&self.netns()).expect("open IPVS handle in the bench namespace")
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        // Flush first, synchronously, so that the kernel's asynchronous
+        // namespace cleanup has little left to do during the next case.
+        if let Ok(h) = Handle::open(&self.netns()) {
+            let _ = h.flush();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
+fn run(prog: &str, args: &[&str]) {
+    let st = Command::new(prog).args(args).status().expect("spawn");
+    assert!(st.success(), "{prog} {args:?} failed: {st}");
+}
+
+// ------------------------------------------------------------ measurements
+
+/// Every measured iteration, by case name (criterion's own statistics are
+/// printed too; these give the medians for the ratio table).
+static TIMES: Mutex<BTreeMap<String, Vec<Duration>>> = Mutex::new(BTreeMap::new());
+/// Notes for the summary (write counts, memory).
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn record(case: &str, d: Duration) {
+    TIMES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(case.to_owned())
+        .or_default()
+        .push(d);
+}
+
+fn note(s: String) {
+    eprintln!("bulk_sync: {s}");
+    NOTES.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+}
+
+fn median(case: &str) -> Option<Duration> {
+    let t = TIMES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut v = t.get(case)?.clone();
+    v.sort();
+    v.get(v.len() / 2).copied()
+}
+
+/// Times `f` once in a fresh namespace (set up and torn down untimed).
+fn cold<F: FnMut(&Ns) -> Duration>(case: &str, iters: u64, mut f: F) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let ns = Ns::new();
+        let d = f(&ns);
+        record(case, d);
+        total += d;
+        drop(ns);
+    }
+    total
+}
+
+fn sync_cold(ns: &Ns, d: &DesiredState, mode: BatchMode) -> Duration {
+    let h = ns.handle();
+    let t = Instant::now();
+    let mut s = Syncer::with_options(
+        &h,
+        SyncOptions {
+            mode,
+            ..SyncOptions::default()
+        },
+    );
+    let r = s.sync(d, Verify::Services).expect("sync");
+    let e = t.elapsed();
+    assert!(r.is_ok(), "cold sync failed: {:?}", r.failed.first());
+    assert_eq!(r.writes_sent, d.len() + d.destination_count());
+    e
+}
+
+/// The raw replay: every request of the cold apply pre-encoded into
+/// datagrams as large as the socket takes (untimed), then sent with the
+/// ACKs drained (timed).
+fn raw_replay(ns: &Ns, d: &DesiredState) -> Duration {
+    let family = ns.handle().family_id();
+    let mut sock = GenlSocket::open(&ns.netns()).expect("socket");
+    let plan = sync::plan(
+        d,
+        &Observed::new(),
+        &Scope::Owned,
+        &Default::default(),
+        PlanOptions::default(),
+    );
+    let (max_batch, max_send) = (sock.max_batch(), sock.max_send());
+    let mut chunks: Vec<(Vec<u8>, usize)> = Vec::new();
+    let mut buf = Vec::new();
+    let mut count = 0;
+    for (seq, op) in (1u32..).zip(&plan.ops) {
+        let msg = op.encode().expect("valid");
+        let before = buf.len();
+        frame::encode_request(&mut buf, &msg, family, seq, NLM_F_ACK).expect("encode");
+        if (buf.len() > max_send || count == max_batch) && count > 0 {
+            let tail = buf.split_off(before);
+            chunks.push((std::mem::replace(&mut buf, tail), count));
+            count = 0;
+        }
+        count += 1;
+    }
+    if count > 0 {
+        chunks.push((buf, count));
+    }
+    let t = Instant::now();
+    let mut errors = 0;
+    for (bytes, n) in &chunks {
+        sock.send(bytes).expect("send");
+        let mut acked = 0;
+        while acked < *n {
+            let datagram = sock.recv().expect("recv");
+            for f in frame::frames(datagram) {
+                if let Ok(f) = f
+                    && let FrameBody::Error(e) = f.body
+                {
+                    acked += 1;
+                    if !e.is_ack() {
+                        errors += 1;
+                    }
+                }
+            }
+        }
+    }
+    let e = t.elapsed();
+    assert_eq!(errors, 0, "raw replay: kernel refused requests");
+    e
+}
+
+fn ipvsadm_restore(ns: &Ns, rules: &str) -> Duration {
+    let file = std::env::temp_dir().join(format!("ipvsctl-bench-rules-{}", std::process::id()));
+    std::fs::write(&file, rules).expect("write rules");
+    let input = std::fs::File::open(&file).expect("open rules");
+    let t = Instant::now();
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "ipvsadm", "-R"])
+        .stdin(input)
+        .status()
+        .expect("spawn ipvsadm");
+    let e = t.elapsed();
+    assert!(st.success(), "ipvsadm -R failed: {st}");
+    let _ = std::fs::remove_file(&file);
+    e
+}
+
+fn kube_proxy_resync(h: &Handle, d: &DesiredState) {
+    for ds in d.services() {
+        let key = ds.service().key;
+        std::hint::black_box(h.get_service(&key).expect("get"));
+        std::hint::black_box(h.get_service(&key).expect("get"));
+        std::hint::black_box(h.list_destinations(&key).expect("list"));
+    }
+}
+
+fn read_dumps(h: &Handle) -> usize {
+    let mut n = 0;
+    for s in h.list_services().expect("dump") {
+        n += h.list_destinations(&s.service.key).expect("dests").len();
+    }
+    n
+}
+
+fn read_proc(ns: &Ns) -> usize {
+    run_in(&ns.netns(), || {
+        std::fs::read_to_string("/proc/thread-self/net/ip_vs")
+    })
+    .expect("read /proc/net/ip_vs")
+    .len()
+}
+
+// -------------------------------------------------------------------- cases
+
+fn bench_size(c: &mut Criterion, n: usize) {
+    let base = desired(n, false, false);
+    let churned = desired(n, false, true);
+    let rules = ipvsadm_rules(&base);
+    let mut g = c.benchmark_group(format!("bulk_sync_{n}x{DESTS}"));
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(1));
+    let tag = |case: &str| format!("{n}x{DESTS}/{case}");
+
+    // Cold applies, each in a fresh namespace.
+    let case = tag("cold/sync_pipelined");
+    g.bench_function("cold/sync_pipelined", |b| {
+        b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::Pipelined)))
+    });
+    let case = tag("cold/raw_replay");
+    g.bench_function("cold/raw_replay", |b| {
+        b.iter_custom(|it| cold(&case, it, |ns| raw_replay(ns, &base)))
+    });
+    let case = tag("cold/sync_one_by_one");
+    g.bench_function("cold/sync_one_by_one", |b| {
+        b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
+    });
+    let case = tag("cold/ipvsadm_restore");
+    if n <= 1000 {
+        g.bench_function("cold/ipvsadm_restore", |b| {
+            b.iter_custom(|it| cold(&case, it, |ns| ipvsadm_restore(ns, &rules)))
+        });
+    } else {
+        let runs: u64 = env_num("IPVSCTL_BENCH_IPVSADM_RUNS", 1);
+        let t = cold(&case, runs, |ns| ipvsadm_restore(ns, &rules));
+        note(format!(
+            "{case}: {runs} run(s) outside criterion, mean {:.2?}",
+            t / runs.max(1) as u32
+        ));
+    }
+    if n == 1000 {
+        let adv = desired(n, true, false);
+        let case = tag("adversarial/cold_sync_pipelined");
+        g.bench_function("adversarial/cold_sync_pipelined", |b| {
+            b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &adv, BatchMode::Pipelined)))
+        });
+    }
+
+    // Resyncs and reads on one namespace holding the state.
+    let ns = Ns::new();
+    let h = ns.handle();
+    let mut syncer = Syncer::new(&h);
+    assert!(syncer.sync(&base, Verify::Services).expect("setup").is_ok());
+    for (name, verify, sockets) in [
+        ("resync/verify_full", Verify::Full, 1),
+        ("resync/verify_full_2_sockets", Verify::Full, 2),
+        ("resync/verify_services", Verify::Services, 1),
+        ("resync/verify_none", Verify::None, 1),
+    ] {
+        let case = tag(name);
+        syncer.options_mut().read_sockets = sockets;
+        let mut writes = 0;
+        g.bench_function(name, |b| {
+            b.iter_custom(|it| {
+                let mut total = Duration::ZERO;
+                for _ in 0..it {
+                    let t = Instant::now();
+                    let r = syncer.sync(&base, verify).expect("resync");
+                    let e = t.elapsed();
+                    writes += r.writes_sent;
+                    record(&case, e);
+                    total += e;
+                }
+                total
+            })
+        });
+        note(format!("{case}: {writes} write requests in all iterations"));
+    }
+    syncer.options_mut().read_sockets = 1;
+    let case = tag("resync/churn_1pct");
+    let mut flip = false;
+    let mut bad_writes = Vec::new();
+    g.bench_function("resync/churn_1pct", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                flip = !flip;
+                let target = if flip { &churned } else { &base };
+                let t = Instant::now();
+                let r = syncer.sync(target, Verify::Services).expect("churn");
+                let e = t.elapsed();
+                assert!(r.is_ok());
+                if r.writes_sent != churn_changes(n) {
+                    bad_writes.push(r.writes_sent);
+                }
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    note(format!(
+        "{case}: {} changes per sync; write requests differing from it: {bad_writes:?}",
+        churn_changes(n)
+    ));
+    if flip {
+        assert!(syncer.sync(&base, Verify::Services).expect("back").is_ok());
+    }
+    let case = tag("resync/kube_proxy_pattern");
+    g.bench_function("resync/kube_proxy_pattern", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                let t = Instant::now();
+                kube_proxy_resync(&h, &base);
+                let e = t.elapsed();
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    let case = tag("read/proc_net_ip_vs");
+    g.bench_function("read/proc_net_ip_vs", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                let t = Instant::now();
+                std::hint::black_box(read_proc(&ns));
+                let e = t.elapsed();
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    let case = tag("read/dumps");
+    g.bench_function("read/dumps", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                let t = Instant::now();
+                assert_eq!(read_dumps(&h), base.destination_count());
+                let e = t.elapsed();
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    g.finish();
+    drop(syncer);
+    drop(h);
+    drop(ns);
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+// ------------------------------------------------------------------- memory
+
+const MEMORY_CHILD: &str = "IPVSCTL_BULK_SYNC_MEMORY_CHILD";
+
+/// In the child: build, sync cold, resync with full verification; print
+/// the peak resident set size.
+fn memory_child(n: usize) {
+    let ns = Ns::new();
+    let h = ns.handle();
+    let d = desired(n, false, false);
+    let mut s = Syncer::new(&h);
+    assert!(s.sync(&d, Verify::Services).expect("sync").is_ok());
+    assert_eq!(s.sync(&d, Verify::Full).expect("resync").writes_sent, 0);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("VmHWM: ?");
+    println!("{hwm}");
+    drop(s);
+    drop(h);
+    drop(ns);
+}
+
+fn measure_memory(n: usize) {
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let out = Command::new(exe)
+        .env(MEMORY_CHILD, n.to_string())
+        .stderr(Stdio::inherit())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => note(format!(
+            "peak memory (VmHWM of a process that builds {n}x{DESTS}, syncs cold, resyncs with Verify::Full): {}",
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .trim_start_matches("VmHWM:")
+                .trim()
+        )),
+        Ok(o) => note(format!("memory child failed: {}", o.status)),
+        Err(e) => note(format!("memory child could not start: {e}")),
+    }
+}
+
+// ------------------------------------------------------------------ summary
+
+fn ratio_line(out: &mut String, what: &str, num: &str, den: &str, goal: &str) {
+    if let (Some(a), Some(b)) = (median(num), median(den)) {
+        let r = a.as_secs_f64() / b.as_secs_f64();
+        out.push_str(&format!(
+            "  {what:<58} {r:>8.2}  ({:.1?} / {:.1?}) {goal}\n",
+            a, b
+        ));
+    }
+}
+
+fn summary(sizes: &[usize]) {
+    let mut out =
+        String::from("\n==== bulk_sync summary (medians of the measured iterations) ====\n");
+    {
+        let t = TIMES.lock().unwrap_or_else(|p| p.into_inner());
+        for (case, v) in t.iter() {
+            let mut s = v.clone();
+            s.sort();
+            out.push_str(&format!(
+                "  {case:<48} median {:>10.2?}  min {:>10.2?}  n={}\n",
+                s[s.len() / 2],
+                s[0],
+                s.len()
+            ));
+        }
+    }
+    out.push_str("ratios:\n");
+    for n in sizes {
+        let t = |c: &str| format!("{n}x{DESTS}/{c}");
+        ratio_line(
+            &mut out,
+            &format!("{n}: cold sync / raw replay"),
+            &t("cold/sync_pipelined"),
+            &t("cold/raw_replay"),
+            "(goal <= 1.15)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: ipvsadm -R / cold sync"),
+            &t("cold/ipvsadm_restore"),
+            &t("cold/sync_pipelined"),
+            "(goal >= 20)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: one-by-one / cold sync"),
+            &t("cold/sync_one_by_one"),
+            &t("cold/sync_pipelined"),
+            "",
+        );
+        let cheapest = match (median(&t("read/proc_net_ip_vs")), median(&t("read/dumps"))) {
+            (Some(a), Some(b)) if a <= b => t("read/proc_net_ip_vs"),
+            _ => t("read/dumps"),
+        };
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_full resync / cheapest full read"),
+            &t("resync/verify_full"),
+            &cheapest,
+            "(goal <= 1.2)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_full (2 sockets) / cheapest full read"),
+            &t("resync/verify_full_2_sockets"),
+            &cheapest,
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: kube-proxy pattern / verify_services resync"),
+            &t("resync/kube_proxy_pattern"),
+            &t("resync/verify_services"),
+            "(goal >= 15)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: churn 1% / verify_services no-op"),
+            &t("resync/churn_1pct"),
+            &t("resync/verify_services"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: adversarial addresses / realistic (cold sync)"),
+            &t("adversarial/cold_sync_pipelined"),
+            &t("cold/sync_pipelined"),
+            "",
+        );
+    }
+    out.push_str("notes:\n");
+    for n in NOTES.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        out.push_str(&format!("  {n}\n"));
+    }
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+}
+
+fn main() {
+    if let Ok(n) = std::env::var(MEMORY_CHILD) {
+        memory_child(n.parse().unwrap_or(10_000));
+        return;
+    }
+    let quick = std::env::var("IPVSCTL_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let sizes: Vec<usize> = match std::env::var("IPVSCTL_BENCH_SIZES") {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) if quick => vec![100],
+        Err(_) => vec![1000, 10_000],
+    };
+    let mut c = Criterion::default().configure_from_args().without_plots();
+    for &n in &sizes {
+        bench_size(&mut c, n);
+    }
+    let mem_n = if quick {
+        100
+    } else {
+        *sizes.iter().max().unwrap_or(&10_000)
+    };
+    measure_memory(mem_n);
+    c.final_summary();
+    summary(&sizes);
+}
