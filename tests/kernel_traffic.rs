@@ -310,11 +310,12 @@ const ESTIMATOR_PERIOD: Duration = Duration::from_millis(2_500);
 fn stable_stats(
     lab: &Lab,
     key: &ServiceKey,
+    port: u16,
     total: u64,
 ) -> (Stats, BTreeMap<usize, DestinationSnapshot>) {
     let read = || {
         let svc = lab.handle.get_service(key).expect("get service");
-        (svc.stats, lab.dests(key, BPORT))
+        (svc.stats, lab.dests(key, port))
     };
     let view = |r: &(Stats, BTreeMap<usize, DestinationSnapshot>)| {
         let d: Vec<_> = r.1.values().map(|d| counters(&d.stats)).collect();
@@ -355,7 +356,7 @@ fn counters(s: &Stats) -> (u64, u64, u64, u64, u64) {
 /// counters are the sum of its destinations'.
 fn check_stats(lab: &Lab, key: &ServiceKey, seen: &BTreeMap<String, usize>, udp: bool) {
     let total = seen.values().sum::<usize>() as u64;
-    let (svc, dests) = stable_stats(lab, key, total);
+    let (svc, dests) = stable_stats(lab, key, BPORT, total);
     for (i, d) in &dests {
         let n = seen.get(&Lab::backend_name(*i)).copied().unwrap_or(0) as u64;
         let name_len = Lab::backend_name(*i).len() as u64;
@@ -497,4 +498,47 @@ fn tcp_persistence_keeps_client_on_one_backend() {
         seen.keys().next().map(String::as_str),
         Some(Lab::backend_name(chosen[0]).as_str())
     );
+}
+
+/// Direct routing: the router only rewrites the MAC address, the backends
+/// hold the VIP on their `lo` and answer the client directly (through the
+/// router's plain forwarding, which must accept a source address that is
+/// local to it). rr still gives each backend a third; since the answers
+/// pass through the router, IPVS counts them too.
+#[test]
+fn tcp_direct_routing_rr_three_backends() {
+    let lab = Lab::new(3, VPORT, true);
+    // The answers come back with the VIP, an address of the router itself,
+    // as source: without accept_local the router drops them as martians.
+    lab.router
+        .run("sysctl", &["-qw", "net.ipv4.conf.all.accept_local=1"]);
+    let vs = VirtualServer::new(vkey(false)).with_scheduler(Scheduler::RoundRobin);
+    lab.program(
+        &vs,
+        &[(0, 1), (1, 1), (2, 1)],
+        VPORT,
+        ForwardMethod::DirectRoute,
+    );
+    let seen = lab.spread(false, N);
+    assert_eq!(seen, expect(&[(0, N / 3), (1, N / 3), (2, N / 3)]));
+    let (svc, dests) = stable_stats(&lab, &vs.key, VPORT, N as u64);
+    for (i, d) in &dests {
+        let s = &d.stats;
+        assert_eq!(s.conns, (N / 3) as u64, "backend {i}: {s:?}");
+        assert!(s.in_pkts >= 4 * (N / 3) as u64, "backend {i}: {s:?}");
+        assert!(
+            s.in_bytes >= (N / 3) as u64 * (4 * 40 + REQUEST.len() as u64),
+            "backend {i}: {s:?}"
+        );
+        // The answers bypass IPVS's rewriting but not the router: they pass
+        // its forward path, where IPVS matches them to the connection and
+        // counts them as outbound (found on 6.1 and 6.12).
+        assert!(s.out_pkts >= 3 * (N / 3) as u64, "backend {i}: {s:?}");
+        assert!(
+            s.out_bytes >= (N / 3) as u64 * (3 * 40 + Lab::backend_name(*i).len() as u64),
+            "backend {i}: {s:?}"
+        );
+        assert_eq!(d.server.forward, ForwardMethod::DirectRoute);
+    }
+    assert_eq!(counters(&svc), sum(&dests));
 }
