@@ -412,7 +412,10 @@ mod tests {
         assert_eq!(rs.with_thresholds(20, 10).validate(), Ok(()));
         assert!(matches!(
             rs.with_thresholds(1 << 31, 0).validate(),
-            Err(ValidationError::ThresholdOutOfRange { field: "upper threshold", .. })
+            Err(ValidationError::ThresholdOutOfRange {
+                field: "upper threshold",
+                ..
+            })
         ));
         let gue0 = rs.with_forward(ForwardMethod::Tunnel(Tunnel::gue(0)));
         assert_eq!(gue0.validate(), Err(ValidationError::GueWithoutPort));
