@@ -29,7 +29,7 @@ fn lite() -> PathBuf {
     assert!(
         path.is_file(),
         "{} is missing: build it first with `cargo build --example ipvsadm-lite` \
-         (`cargo test --all-targets` does)",
+         (scripts/test does)",
         path.display()
     );
     path
