@@ -170,11 +170,15 @@ impl Lab {
         answer
     }
 
-    /// One UDP exchange from a fresh client socket (so a fresh source port,
-    /// so a new IPVS connection); returns the name answered.
+    /// One UDP exchange from a fresh client socket on a source port never
+    /// used before (so a new IPVS connection: an ephemeral port the kernel
+    /// happens to pick twice would reuse the first connection's entry);
+    /// returns the name answered.
     fn udp_request(&self, to: SocketAddr) -> String {
+        static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(40_000);
+        let port = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ns = NetNs::path(self.client.path());
-        let sock = run_in(&ns, || UdpSocket::bind("0.0.0.0:0")).expect("client UDP socket");
+        let sock = run_in(&ns, || UdpSocket::bind(("0.0.0.0", port))).expect("client UDP socket");
         sock.set_read_timeout(Some(WAIT)).expect("read timeout");
         sock.send_to(REQUEST, to)
             .unwrap_or_else(|e| panic!("send to {to}: {e}"));
