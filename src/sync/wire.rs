@@ -19,7 +19,6 @@ use crate::model::{ForwardMethod, RealServer, ServiceFlags, ServiceKey, VirtualS
 use crate::netlink::GenlSocket;
 use crate::{Error, Op};
 
-
 fn pad(out: &mut Vec<u8>) {
     while out.len() % 4 != 0 {
         out.push(0);
