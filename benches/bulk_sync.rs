@@ -650,7 +650,11 @@ fn main() {
         memory_child(n.parse().unwrap_or(10_000));
         return;
     }
-    let quick = std::env::var("IPVSCTL_BENCH_QUICK").is_ok_and(|v| v == "1");
+    // `cargo test --all-targets` runs this binary without `--bench`
+    // (criterion's test mode: each case once, to see that it works): use the
+    // small sizes there too, so the test suite stays quick.
+    let test_mode = !std::env::args().any(|a| a == "--bench");
+    let quick = test_mode || std::env::var("IPVSCTL_BENCH_QUICK").is_ok_and(|v| v == "1");
     let sizes: Vec<usize> = match std::env::var("IPVSCTL_BENCH_SIZES") {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) if quick => vec![100],
