@@ -83,7 +83,7 @@ impl Handle {
         let Some(family) = family else {
             return Err(Error::Unavailable {
                 reason: format!(
-                    "the kernel has no \"IPVS\" generic-netlink family in {netns}; {}",
+                    "the kernel has no \"IPVS\" generic-netlink family (network namespace: {netns}); {}",
                     crate::kmod::diagnose()
                 ),
             });
