@@ -21,6 +21,8 @@ const SNDBUF: usize = 4 << 20;
 /// non-capped error echoes at most a request); 64 KiB leaves room, and
 /// `MSG_TRUNC` detects anything larger instead of losing it.
 pub(crate) const RECV_CHUNK: usize = 64 << 10;
+/// How long a receive may wait for the kernel before it is an error.
+const RECV_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Upper bound of the memory one queued ACK is charged (`skb->truesize` of a
 /// small skb is 768 bytes on x86-64; doubled for safety).
 const ACK_TRUESIZE: usize = 1536;
@@ -45,6 +47,14 @@ impl GenlSocket {
         // small (the request is not echoed back in full).
         sock.set_ext_ack(true)?;
         sock.set_cap_ack(true)?;
+        // The kernel answers while handling the send, so a receive that
+        // waits this long means something is wrong: fail instead of hanging
+        // the caller forever.
+        rustix::net::sockopt::set_socket_timeout(
+            &sock,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(RECV_TIMEOUT),
+        )?;
         let rcvbuf = size_buffer(&sock, RCVBUF, Direction::Receive);
         let sndbuf = size_buffer(&sock, SNDBUF, Direction::Send);
         Ok(GenlSocket {
