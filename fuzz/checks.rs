@@ -1,0 +1,1056 @@
+//! The checks behind every fuzz target, in one file that both the fuzz
+//! targets (`fuzz/fuzz_targets/*.rs`) and the corpus replay test
+//! (`tests/fuzz_replay.rs`) include with `#[path]`, so that `cargo test`
+//! re-runs exactly what the fuzzers ran on every input kept in
+//! `fuzz/corpus/` and `fuzz/regressions/`.
+//!
+//! A check takes raw bytes and panics when a property fails; a panic (or an
+//! abort) is what libFuzzer records as a crash. On top of each target's own
+//! properties, [`run`] holds every input to an allocation budget: the bytes
+//! the check allocates, in total, must stay within a base plus a multiple of
+//! the input's length, so a length field that makes the code allocate what
+//! it says (rather than what was received), or work that grows with the
+//! square of the input, fails here even where it would not exhaust memory.
+#![allow(dead_code)]
+
+use std::alloc::System;
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use arbitrary::{Arbitrary, Result as ArbResult, Unstructured};
+use ipvsctl::Op;
+use ipvsctl::codec::frame::{self, EncodeError, FrameBody, NLM_F_ACK, NLMSG_HDRLEN};
+use ipvsctl::codec::{IpvsMessage, ctrl, reply, request};
+use ipvsctl::model::{
+    AddressFamily, ConnCounts, DaemonRole, ForwardMethod, Netmask, PersistenceEngine, Protocol,
+    RealServer, Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap,
+    TunnelFlags, VirtualServer, validate_destination,
+};
+use ipvsctl::sync::{self, DesiredState, Observed, ObservedDest, ObservedService, PlanOptions};
+
+// The ipvsadm-lite example's pure modules (rule parser, listings, `-R`
+// table), included as its own tests include them.
+#[allow(dead_code, unused_imports)]
+#[path = "../examples/ipvsadm-lite/format.rs"]
+mod format;
+#[allow(dead_code, unused_imports)]
+#[path = "../examples/ipvsadm-lite/restore.rs"]
+mod restore;
+#[allow(dead_code, unused_imports)]
+#[path = "../examples/ipvsadm-lite/rules.rs"]
+mod rules;
+
+/// Counts what the checks allocate (see [`run`]).
+#[global_allocator]
+static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
+
+/// One fuzz target: its name (the file `fuzz/fuzz_targets/NAME.rs` and the
+/// corpus directories `fuzz/corpus/NAME/`, `fuzz/regressions/NAME/`), its
+/// check, and its allocation budget.
+pub struct Target {
+    /// The target's name.
+    pub name: &'static str,
+    /// The check.
+    pub check: fn(&[u8]),
+    /// Bytes the check may allocate whatever the input.
+    pub base: usize,
+    /// Bytes it may allocate per input byte on top of `base`.
+    pub per_byte: usize,
+}
+
+/// Every target. `scripts/fuzz` and the replay test go through this list;
+/// the replay test also checks that it matches `fuzz/fuzz_targets/`.
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "decode_reply",
+        check: decode_reply,
+        base: 64 << 10,
+        per_byte: 64,
+    },
+    Target {
+        name: "roundtrip",
+        check: roundtrip,
+        base: 64 << 10,
+        per_byte: 128,
+    },
+    Target {
+        name: "model",
+        check: model,
+        base: 64 << 10,
+        per_byte: 64,
+    },
+    Target {
+        name: "rules",
+        check: rules,
+        base: 64 << 10,
+        per_byte: 256,
+    },
+    Target {
+        name: "sync_plan",
+        check: sync_plan,
+        base: 256 << 10,
+        per_byte: 256,
+    },
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}
+
+/// Bytes allocated so far by the whole process (monotonic).
+pub fn allocated_total() -> usize {
+    ALLOC.total_allocated()
+}
+
+/// Runs `t`'s check on one input and holds it to the target's allocation
+/// budget.
+pub fn run(t: &Target, data: &[u8]) {
+    let before = allocated_total();
+    (t.check)(data);
+    let used = allocated_total().wrapping_sub(before);
+    let budget = t.base + t.per_byte * data.len();
+    assert!(
+        used <= budget,
+        "{}: the check allocated {used} bytes for a {}-byte input (budget {budget}: {} + {} per byte)",
+        t.name,
+        data.len(),
+        t.base,
+        t.per_byte
+    );
+}
+
+// ---------------------------------------------------------------------------
+// decode_reply: any bytes as what the kernel (or a hostile peer) sends.
+
+/// Decodes `data` the two ways a reply reaches the codec: as received
+/// datagrams (one or more netlink messages: a dump stream, ACKs, errors with
+/// extended ACK, `NLMSG_DONE`), and as one generic-netlink message body.
+/// Every reply decoder runs on every message, since a peer may send any
+/// message in answer to any request. Nothing may panic, and what decodes
+/// must be self-consistent.
+pub fn decode_reply(data: &[u8]) {
+    let mut rest = data.len();
+    let mut failed = false;
+    for f in frame::frames(data) {
+        assert!(!failed, "frames() went on after an error");
+        let f = match f {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = e.to_string();
+                failed = true;
+                continue;
+            }
+        };
+        let len = f.header.len as usize;
+        assert!(
+            (NLMSG_HDRLEN..=rest).contains(&len),
+            "frame of {len} bytes accepted with {rest} bytes left"
+        );
+        rest -= ((len + 3) & !3).min(rest);
+        match f.body {
+            FrameBody::Data(body) => {
+                assert_eq!(body.len(), len - NLMSG_HDRLEN, "data body length");
+                decode_body(body);
+            }
+            FrameBody::Error(e) => {
+                // Any code, including positive ones no kernel sends.
+                let _ = (e.errno(), e.is_ack(), format!("{e:?}"));
+            }
+            FrameBody::Done(_) | FrameBody::Noop | FrameBody::Overrun => {}
+        }
+    }
+    decode_body(data);
+}
+
+/// Every decoder on one generic-netlink message body.
+fn decode_body(body: &[u8]) {
+    let _ = ctrl::decode_family_id(body);
+    let Ok(msg) = frame::decode_message(body) else {
+        return;
+    };
+    let _ = format!("{msg:?}");
+    decode_as_everything(&msg);
+}
+
+/// Runs every reply decoder on `msg` and checks what they return.
+fn decode_as_everything(msg: &IpvsMessage) {
+    if let Ok(s) = reply::service(msg.clone()) {
+        let vs = &s.service;
+        assert_eq!(
+            vs.netmask.family(),
+            vs.family(),
+            "netmask of the wrong family"
+        );
+        if let ServiceKey::FwMark { mark, .. } = vs.key {
+            assert_ne!(mark, 0, "a firewall-mark service with mark 0");
+        }
+        let _ = (vs.key.to_string(), vs.netmask.to_string(), vs.validate());
+        let _ = format!("{s:?}");
+    }
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        if let Ok(d) = reply::destination(msg.clone(), family) {
+            let _ = (d.server.forward.to_string(), d.server.validate());
+            let _ = format!("{d:?}");
+        }
+    }
+    if let Ok(d) = reply::daemon(msg.clone()) {
+        let _ = (d.validate(), format!("{d:?}"));
+    }
+    if let Ok(t) = reply::timeouts(msg) {
+        let _ = t.validate();
+    }
+    if let Ok(i) = reply::info(msg) {
+        let _ = i.version.to_string();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// roundtrip: what decodes re-encodes to something that decodes the same.
+
+/// For every message `data` decodes to (as datagrams or as one body):
+///
+/// * wire level: encoding it and decoding the result gives the same message,
+///   and encoding that gives the same bytes again;
+/// * model level: every model value decoded from it that validates is
+///   encoded by the request builders into a message that decodes back to
+///   the same value (the codec half of "what the kernel reports after adding
+///   x equals x").
+pub fn roundtrip(data: &[u8]) {
+    for f in frame::frames(data).map_while(Result::ok) {
+        if let FrameBody::Data(body) = f.body {
+            roundtrip_body(body);
+        }
+    }
+    roundtrip_body(data);
+}
+
+fn roundtrip_body(body: &[u8]) {
+    let Ok(m1) = frame::decode_message(body) else {
+        return;
+    };
+    let Some((b1, m2)) = wire_checked(&m1) else {
+        return;
+    };
+    assert_eq!(m2, m1, "decode(encode(m)) != m");
+    let mut b2 = Vec::new();
+    frame::encode_request(&mut b2, &m2, FAMILY, 7, NLM_F_ACK).expect("re-encoding");
+    assert_eq!(b2, b1, "encode(decode(encode(m))) != encode(m)");
+
+    if let Ok(s) = reply::service(m1.clone()) {
+        if let Ok(req) = request::new_service(&s.service) {
+            let back = reply::service(wire(&req)).expect("service request decodes as a service");
+            assert_eq!(back.service, s.service, "service changed on its way back");
+        }
+    }
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let Ok(d) = reply::destination(m1.clone(), family) else {
+            continue;
+        };
+        // A destination reply does not carry its service; any service of
+        // the reply's family does for the request.
+        let key = match family {
+            AddressFamily::Inet => ServiceKey::fwmark(1, AddressFamily::Inet),
+            AddressFamily::Inet6 => ServiceKey::fwmark(1, AddressFamily::Inet6),
+        };
+        if let Ok(req) = request::new_dest(&key, &d.server) {
+            let back = reply::destination(wire(&req), family).expect("destination decodes");
+            assert_eq!(back.server, d.server, "real server changed on its way back");
+        }
+    }
+    if let Ok(d) = reply::daemon(m1.clone()) {
+        if let Ok(req) = request::new_daemon(&d) {
+            assert_eq!(reply::daemon(wire(&req)).expect("daemon decodes"), d);
+        }
+    }
+    if let Ok(t) = reply::timeouts(&m1) {
+        if let Ok(req) = request::set_config(&t) {
+            assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), t);
+        }
+    }
+}
+
+/// A generic-netlink family id for encoding (any resolved id will do).
+const FAMILY: u16 = 0x20;
+
+/// Encodes `msg` as a request datagram, splits it and decodes its body.
+/// `None` when the message cannot be encoded because an attribute is longer
+/// than netlink's 16-bit attribute length (only a hostile reply, re-encoded,
+/// gets there: decoded names can grow when invalid UTF-8 is replaced).
+fn wire_checked(msg: &IpvsMessage) -> Option<(Vec<u8>, IpvsMessage)> {
+    let mut out = Vec::new();
+    match frame::encode_request(&mut out, msg, FAMILY, 7, NLM_F_ACK) {
+        Ok(n) => assert_eq!(n, out.len()),
+        Err(EncodeError::AttributeTooLarge { len, .. }) => {
+            assert!(
+                len > usize::from(u16::MAX),
+                "refused an attribute of {len} bytes"
+            );
+            assert!(out.is_empty(), "a refused request left bytes behind");
+            return None;
+        }
+        Err(e) => panic!("encoding a decoded message: {e}"),
+    }
+    let mut frames = frame::frames(&out);
+    let f = frames.next().expect("one frame").expect("the frame parses");
+    assert!(frames.next().is_none(), "one request, one frame");
+    assert_eq!(f.header.seq, 7);
+    let FrameBody::Data(body) = f.body else {
+        panic!("a request is a data frame");
+    };
+    let back = frame::decode_message(body).expect("an encoded request decodes");
+    Some((out, back))
+}
+
+/// [`wire_checked`] for messages the request builders made, which always
+/// encode.
+fn wire(msg: &IpvsMessage) -> IpvsMessage {
+    wire_checked(msg).expect("a built request encodes").1
+}
+
+// ---------------------------------------------------------------------------
+// model: validation and the request builders on arbitrary model values.
+
+/// Arbitrary model values (`arbitrary` feature of the library): validation
+/// never panics and names what it refuses; every value that validates
+/// encodes, and decodes back equal (or, for the representations listed in
+/// [`canonical_vs`] and [`canonical_rs`], equal to its canonical form);
+/// batch operations encode exactly as the request builders.
+pub fn model(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let _ = model_one(&mut u);
+}
+
+fn model_one(u: &mut Unstructured<'_>) -> ArbResult<()> {
+    match u.int_in_range(0u8..=4)? {
+        0 => model_service(&VirtualServer::arbitrary(u)?),
+        1 => {
+            // Half the time a key of the real server's family, so that
+            // validation passes often enough to reach the encoder.
+            let rs = RealServer::arbitrary(u)?;
+            let key = if u.arbitrary()? {
+                ServiceKey::fwmark(u.arbitrary::<u32>()? | 1, rs.family())
+            } else {
+                ServiceKey::arbitrary(u)?
+            };
+            model_dest(&key, &rs);
+        }
+        2 => model_daemon(&SyncDaemon::arbitrary(u)?),
+        3 => model_timeouts(&Timeouts::arbitrary(u)?),
+        _ => model_values(u)?,
+    }
+    Ok(())
+}
+
+fn model_service(vs: &VirtualServer) {
+    let _ = (vs.key.to_string(), vs.scheduler.to_string(), vs.addr());
+    let valid = vs.validate();
+    if let Err(e) = &valid {
+        assert!(!e.to_string().is_empty());
+    }
+    assert_eq!(request::new_service(vs).is_ok(), valid.is_ok());
+    assert_eq!(
+        Op::AddService(vs.clone()).encode(),
+        request::new_service(vs)
+    );
+    assert_eq!(
+        Op::UpdateService(vs.clone()).encode(),
+        request::set_service(vs)
+    );
+    assert_eq!(
+        Op::DeleteService(vs.key).encode(),
+        request::del_service(&vs.key)
+    );
+    assert_eq!(
+        request::del_service(&vs.key).is_ok(),
+        vs.key.validate().is_ok()
+    );
+    for req in [
+        request::get_service(&vs.key),
+        request::dump_dests(&vs.key),
+        request::zero(Some(&vs.key)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let _ = wire(&req);
+    }
+    if valid.is_err() {
+        return;
+    }
+    for req in [request::new_service(vs), request::set_service(vs)] {
+        let back = reply::service(wire(&req.expect("valid")))
+            .expect("an encoded valid service decodes")
+            .service;
+        if back != *vs {
+            assert_eq!(
+                back,
+                canonical_vs(vs),
+                "valid service changed on its way back"
+            );
+        }
+    }
+}
+
+fn model_dest(key: &ServiceKey, rs: &RealServer) {
+    let _ = (rs.forward.to_string(), rs.family());
+    let valid = validate_destination(key, rs);
+    if let Err(e) = &valid {
+        assert!(!e.to_string().is_empty());
+    }
+    let expect_ok = key.validate().is_ok() && valid.is_ok();
+    assert_eq!(request::new_dest(key, rs).is_ok(), expect_ok);
+    assert_eq!(
+        Op::AddDestination(*key, *rs).encode(),
+        request::new_dest(key, rs)
+    );
+    assert_eq!(
+        Op::UpdateDestination(*key, *rs).encode(),
+        request::set_dest(key, rs)
+    );
+    assert_eq!(
+        Op::DeleteDestination(*key, rs.addr).encode(),
+        request::del_dest(key, rs.addr)
+    );
+    if !expect_ok {
+        return;
+    }
+    for req in [request::new_dest(key, rs), request::set_dest(key, rs)] {
+        let back = reply::destination(wire(&req.expect("valid")), key.family())
+            .expect("an encoded valid real server decodes")
+            .server;
+        if back != *rs {
+            assert_eq!(
+                back,
+                canonical_rs(rs),
+                "valid real server changed on its way back"
+            );
+        }
+    }
+}
+
+fn model_daemon(d: &SyncDaemon) {
+    let valid = d.validate();
+    assert_eq!(request::new_daemon(d).is_ok(), valid.is_ok());
+    let _ = wire(&request::del_daemon(d.role));
+    if let Ok(req) = request::new_daemon(d) {
+        assert_eq!(
+            reply::daemon(wire(&req)).expect("daemon decodes"),
+            *d,
+            "valid daemon changed on its way back"
+        );
+    }
+}
+
+fn model_timeouts(t: &Timeouts) {
+    assert_eq!(request::set_config(t).is_ok(), t.validate().is_ok());
+    if let Ok(req) = request::set_config(t) {
+        assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), *t);
+    }
+}
+
+/// Netmasks, schedulers, protocols and families on their own.
+fn model_values(u: &mut Unstructured<'_>) -> ArbResult<()> {
+    let family = AddressFamily::arbitrary(u)?;
+    let prefix = u8::arbitrary(u)?;
+    let nm = Netmask::from_prefix(family, prefix);
+    assert_eq!(nm.family(), family);
+    let want = match family {
+        AddressFamily::Inet => prefix.min(32),
+        AddressFamily::Inet6 => prefix,
+    };
+    assert_eq!(
+        nm.prefix_len(),
+        Some(want),
+        "from_prefix({family}, {prefix})"
+    );
+    assert_eq!(Netmask::from_wire(family, nm.to_wire()), nm);
+    let any = Netmask::arbitrary(u)?;
+    assert_eq!(Netmask::from_wire(any.family(), any.to_wire()), any);
+    if let Some(p) = any.prefix_len() {
+        assert_eq!(Netmask::from_prefix(any.family(), p), any);
+    }
+    let _ = any.to_string();
+
+    let s = Scheduler::arbitrary(u)?;
+    let named = Scheduler::from_name(s.name());
+    assert_eq!(named.name(), s.name());
+    assert_eq!(Scheduler::from_name(named.name()), named);
+    let _ = s.module_name();
+
+    let p = Protocol::arbitrary(u)?;
+    assert_eq!(Protocol::from_raw(p.to_raw()).to_raw(), p.to_raw());
+    let raw = u16::arbitrary(u)?;
+    if let Some(f) = AddressFamily::from_raw(raw) {
+        assert_eq!(f.to_raw(), raw);
+    }
+    let role = DaemonRole::arbitrary(u)?;
+    assert_eq!(DaemonRole::from_raw(role.raw()), Some(role));
+    Ok(())
+}
+
+/// The value a service decodes to after a round trip through the codec.
+///
+/// Equal to `vs` except for representations the model allows and the wire
+/// cannot carry; each is one the kernel would report in its canonical form
+/// too. They are known, and listed in the README's "Fuzzing" section:
+///
+/// * an IPv6 socket address with a flow label or scope id (neither is sent);
+/// * `Protocol::Other(6 | 17 | 132)` (decodes as TCP, UDP, SCTP);
+/// * `Scheduler::Other` with the name of a built-in scheduler (decodes as
+///   that scheduler's own variant);
+/// * the kernel-internal `HASHED` flag (never sent, dropped from replies).
+///
+/// Any other difference fails the check.
+pub fn canonical_vs(vs: &VirtualServer) -> VirtualServer {
+    VirtualServer {
+        key: canonical_key(&vs.key),
+        scheduler: Scheduler::from_name(vs.scheduler.name()),
+        flags: ServiceFlags::from_kernel(vs.flags.bits()),
+        ..vs.clone()
+    }
+}
+
+/// The value a real server decodes to (see [`canonical_vs`]): IPv6 flow
+/// label and scope id dropped.
+pub fn canonical_rs(rs: &RealServer) -> RealServer {
+    RealServer {
+        addr: canonical_addr(rs.addr),
+        ..*rs
+    }
+}
+
+fn canonical_key(key: &ServiceKey) -> ServiceKey {
+    match *key {
+        ServiceKey::Addr { protocol, addr } => ServiceKey::Addr {
+            protocol: Protocol::from_raw(protocol.to_raw()),
+            addr: canonical_addr(addr),
+        },
+        fwmark => fwmark,
+    }
+}
+
+fn canonical_addr(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip(), addr.port())
+}
+
+// ---------------------------------------------------------------------------
+// rules: the -S/-R rule-file parser of examples/ipvsadm-lite.
+
+/// Any text as an `ipvsadm -S` rule file (the bytes as UTF-8, invalid
+/// sequences replaced): the parser and the `-R` table never panic, errors
+/// name their line, and a table the rules describe, written back as rule
+/// lines (`restore::op_line`, numeric) and parsed again, is the same table
+/// (up to what rule lines cannot carry, noted below).
+/// Listings of it (`-L`, `-S`, numeric) never panic either.
+pub fn rules(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let parsed = match rules::parse(&text) {
+        Ok(p) => p,
+        Err(e) => {
+            let lines = text.split('\n').count();
+            assert!(
+                (1..=lines).contains(&e.line),
+                "error on line {} of {lines}",
+                e.line
+            );
+            assert!(!e.to_string().is_empty());
+            return;
+        }
+    };
+    for r in &parsed {
+        let _ = format!("{:?}", r.command);
+    }
+    let Ok(table) = restore::desired(&parsed) else {
+        return;
+    };
+    let _ = restore::desired_state(&table);
+    list(&table);
+
+    // Rule lines are words split on space, tab and CR, and a word starting
+    // with `#` starts a comment: names that are not such words cannot be
+    // written back (`-s#x` parses, `-s #x` does not; `op_line` also trims a
+    // name's trailing Unicode whitespace). No kernel has a scheduler or
+    // persistence engine named so; the round trip covers printable ASCII
+    // names only.
+    let word = |n: &str| !n.starts_with('#') && n.bytes().all(|b| b.is_ascii_graphic());
+    if !table.services.iter().all(|s| {
+        word(s.service.scheduler.name())
+            && s.service
+                .persistence_engine
+                .as_ref()
+                .is_none_or(|p| word(p.name()))
+    }) {
+        return;
+    }
+    let mut again = String::new();
+    for s in &table.services {
+        again.push_str(&restore::op_line(&Op::AddService(s.service.clone())));
+        again.push('\n');
+        for rs in &s.servers {
+            again.push_str(&restore::op_line(&Op::AddDestination(s.service.key, *rs)));
+            again.push('\n');
+        }
+    }
+    let reparsed = rules::parse(&again)
+        .unwrap_or_else(|e| panic!("rules written back do not parse: {e}\n{again}"));
+    let back = restore::desired(&reparsed)
+        .unwrap_or_else(|e| panic!("rules written back do not restore: {e}\n{again}"));
+    // A rule line carries `-M` only with `-p` (as ipvsadm's own `-S`), so a
+    // non-persistent service comes back with the default netmask.
+    let mut expected = table.services.clone();
+    for s in &mut expected {
+        if !s.service.flags.contains(ServiceFlags::PERSISTENT) {
+            s.service.netmask = Netmask::full(s.service.family());
+        }
+    }
+    assert_eq!(
+        back.services, expected,
+        "the table changed on its way through rule lines:\n{again}"
+    );
+}
+
+/// `-L -n` and `-S -n` listings of a table.
+fn list(table: &restore::Desired) {
+    let info = ipvsctl::model::Info {
+        version: ipvsctl::model::Version(0x010201),
+        conn_tab_size: 4096,
+    };
+    let mut entries: Vec<format::Entry> = table
+        .services
+        .iter()
+        .map(|s| format::Entry {
+            service: ipvsctl::model::ServiceSnapshot {
+                service: s.service.clone(),
+                stats: Default::default(),
+            },
+            dests: s
+                .servers
+                .iter()
+                .map(|rs| ipvsctl::model::DestinationSnapshot {
+                    server: *rs,
+                    conns: Default::default(),
+                    stats: Default::default(),
+                })
+                .collect(),
+        })
+        .collect();
+    for rule in [false, true] {
+        let f = rules::Format {
+            numeric: true,
+            rule,
+            ..rules::Format::default()
+        };
+        let mut out = String::new();
+        format::list_all(&mut out, &info, &mut entries, &f, &format::Numeric);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// sync_plan: the plan step of bulk sync on arbitrary states.
+
+/// Arbitrary desired and observed states (built from small pools of keys
+/// and addresses, so that the two overlap), scope and options. The plan,
+/// applied to the observed state by a model of the kernel that refuses what
+/// the kernel refuses (adding what exists, changing or deleting what does
+/// not, a real server before its service), must leave:
+///
+/// * every desired service exactly as desired, with exactly its desired real
+///   servers, plus, with graceful termination, real servers that left and
+///   still drain at weight 0;
+/// * every other managed service deleted, every unmanaged one untouched;
+///
+/// and planning again on the result must find nothing to do. Every
+/// operation must pass validation (the handle would refuse it otherwise) and
+/// the plan's counts must match its operations.
+pub fn sync_plan(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(case) = SyncCase::arbitrary(&mut u) else {
+        return;
+    };
+    case.check();
+}
+
+/// The inputs of one plan.
+struct SyncCase {
+    desired: DesiredState,
+    observed: Observed,
+    scope: sync::Scope,
+    owned: HashSet<ServiceKey>,
+    options: PlanOptions,
+}
+
+impl SyncCase {
+    fn arbitrary(u: &mut Unstructured<'_>) -> ArbResult<Self> {
+        let nkeys = u.int_in_range(1..=6)?;
+        let keys = (0..nkeys)
+            .map(|_| small_key(u))
+            .collect::<ArbResult<Vec<_>>>()?;
+        let naddrs = u.int_in_range(1..=8)?;
+        let addrs = (0..naddrs)
+            .map(|_| small_addr(u))
+            .collect::<ArbResult<Vec<_>>>()?;
+        let options = PlanOptions {
+            graceful_termination: u.arbitrary()?,
+        };
+
+        let mut desired = DesiredState::new();
+        for _ in 0..u.int_in_range(0..=nkeys)? {
+            let key = *u.choose(&keys)?;
+            let vs = small_service(u, key)?;
+            let mut dests = Vec::new();
+            for _ in 0..u.int_in_range(0..=naddrs)? {
+                let addr = *u.choose(&addrs)?;
+                dests.push(small_server(u, addr)?);
+            }
+            // Duplicates and invalid values are refused here, as designed.
+            let _ = desired.insert(vs, dests);
+        }
+
+        let mut observed = Observed::new();
+        for _ in 0..u.int_in_range(0..=nkeys)? {
+            let key = *u.choose(&keys)?;
+            let want = desired.get(&key);
+            let vs = match want {
+                Some(ds) if u.arbitrary()? => ds.service().clone(),
+                _ => small_service(u, key)?,
+            };
+            if vs.validate().is_err() {
+                continue; // the kernel holds only what it accepted
+            }
+            let mut dests = Vec::new();
+            for _ in 0..u.int_in_range(0..=naddrs)? {
+                let server = match want.map(|ds| ds.destinations()) {
+                    Some(d) if !d.is_empty() && u.arbitrary()? => *u.choose(d)?,
+                    _ => {
+                        let addr = *u.choose(&addrs)?;
+                        small_server(u, addr)?
+                    }
+                };
+                if validate_destination(&key, &server).is_err() {
+                    continue;
+                }
+                let conns = if u.arbitrary()? {
+                    Some(ConnCounts {
+                        active: u.int_in_range(0..=2)?,
+                        inactive: u.int_in_range(0..=2)?,
+                        persistent: u.int_in_range(0..=2)?,
+                    })
+                } else {
+                    None
+                };
+                dests.push(ObservedDest { server, conns });
+            }
+            observed.insert(ObservedService::new(vs, dests));
+        }
+
+        let mut owned = HashSet::new();
+        for k in &keys {
+            if u.arbitrary()? {
+                owned.insert(*k);
+            }
+        }
+        let scope = match u.int_in_range(0u8..=2)? {
+            0 => sync::Scope::Owned,
+            1 => sync::Scope::All,
+            _ => {
+                let managed: HashSet<ServiceKey> = keys
+                    .iter()
+                    .copied()
+                    .filter(|_| u.arbitrary().unwrap_or(false))
+                    .collect();
+                sync::Scope::filter(move |k| managed.contains(k))
+            }
+        };
+        Ok(SyncCase {
+            desired,
+            observed,
+            scope,
+            owned,
+            options,
+        })
+    }
+
+    fn check(&self) {
+        let plan = sync::plan(
+            &self.desired,
+            &self.observed,
+            &self.scope,
+            &self.owned,
+            self.options,
+        );
+        let mut kernel = KernelModel::from(&self.observed);
+        for (i, op) in plan.ops.iter().enumerate() {
+            if let Err(e) = op.encode() {
+                panic!("op {i} {op:?} does not validate: {e}");
+            }
+            if let Err(e) = kernel.apply(op) {
+                panic!("op {i} {op:?} would fail: {e}\nplan: {:#?}", plan.ops);
+            }
+        }
+        self.check_counts(&plan);
+        self.check_result(&kernel);
+
+        let after = kernel.observed();
+        let again = sync::plan(
+            &self.desired,
+            &after,
+            &self.scope,
+            &self.owned,
+            self.options,
+        );
+        assert!(
+            again.ops.is_empty(),
+            "planning again after applying the plan: {:#?}",
+            again.ops
+        );
+    }
+
+    fn check_counts(&self, plan: &sync::Plan) {
+        let count = |f: fn(&Op) -> bool| plan.ops.iter().filter(|op| f(op)).count();
+        let c = &plan.counts;
+        assert_eq!(c.services.added, count(|o| matches!(o, Op::AddService(_))));
+        assert_eq!(
+            c.services.updated,
+            count(|o| matches!(o, Op::UpdateService(_)))
+        );
+        assert_eq!(
+            c.services.deleted,
+            count(|o| matches!(o, Op::DeleteService(_)))
+        );
+        assert_eq!(
+            c.services.added + c.services.updated + c.services.unchanged,
+            self.desired.len()
+        );
+        assert_eq!(
+            c.destinations.added,
+            count(|o| matches!(o, Op::AddDestination(..)))
+        );
+        assert_eq!(
+            c.destinations.updated,
+            count(|o| matches!(o, Op::UpdateDestination(..)))
+        );
+        assert_eq!(
+            c.destinations.deleted,
+            count(|o| matches!(o, Op::DeleteDestination(..)))
+        );
+        assert!(c.drain_started <= c.destinations.updated);
+        if !self.options.graceful_termination {
+            assert_eq!((c.drain_started, c.draining), (0, 0));
+        }
+    }
+
+    fn check_result(&self, kernel: &KernelModel) {
+        for ds in self.desired.services() {
+            let key = ds.service().key;
+            let Some((vs, dests)) = kernel.services.get(&key) else {
+                panic!("desired service {key} missing after the plan");
+            };
+            assert_eq!(vs, ds.service(), "service {key} not as desired");
+            let drains = self.options.graceful_termination
+                && !matches!(
+                    key,
+                    ServiceKey::Addr {
+                        protocol: Protocol::Udp,
+                        ..
+                    }
+                );
+            let want: BTreeMap<SocketAddr, &RealServer> =
+                ds.destinations().iter().map(|rs| (rs.addr, rs)).collect();
+            for (addr, rs) in &want {
+                let got = dests.get(addr).map(|d| &d.server);
+                assert_eq!(got, Some(*rs), "real server {addr} of {key} not as desired");
+            }
+            for (addr, d) in dests {
+                if want.contains_key(addr) {
+                    continue;
+                }
+                // Left in place only to drain: weight 0, connections open
+                // (or unknown), graceful termination on.
+                let before = self
+                    .observed
+                    .get(&key)
+                    .and_then(|s| s.destination(addr))
+                    .unwrap_or_else(|| panic!("real server {addr} of {key} appeared"));
+                let idle = before
+                    .conns
+                    .is_some_and(|c| c.active == 0 && c.inactive == 0);
+                assert!(
+                    drains && !idle && d.server.weight == 0,
+                    "real server {addr} of {key} left behind (drains: {drains}, idle: {idle}, weight {})",
+                    d.server.weight
+                );
+                assert_eq!(
+                    d.server,
+                    RealServer {
+                        weight: 0,
+                        ..before.server
+                    }
+                );
+            }
+        }
+        for (key, (vs, dests)) in &kernel.services {
+            if self.desired.contains(key) {
+                continue;
+            }
+            assert!(
+                !self.scope.includes(key, &self.owned),
+                "managed service {key} not deleted"
+            );
+            let before = self
+                .observed
+                .get(key)
+                .unwrap_or_else(|| panic!("service {key} appeared"));
+            assert_eq!(vs, &before.service, "unmanaged service {key} changed");
+            let before: Vec<_> = before.destinations().to_vec();
+            let now: Vec<_> = dests.values().copied().collect();
+            assert_eq!(
+                now, before,
+                "real servers of unmanaged service {key} changed"
+            );
+        }
+        for key in self.observed.keys() {
+            if !self.desired.contains(key) && self.scope.includes(key, &self.owned) {
+                assert!(!kernel.services.contains_key(key), "managed {key} survived");
+            }
+        }
+    }
+}
+
+/// What the kernel holds, and how it answers writes.
+struct KernelModel {
+    services: BTreeMap<ServiceKey, (VirtualServer, BTreeMap<SocketAddr, ObservedDest>)>,
+}
+
+impl From<&Observed> for KernelModel {
+    fn from(o: &Observed) -> Self {
+        KernelModel {
+            services: o
+                .services()
+                .map(|s| {
+                    let dests = s
+                        .destinations()
+                        .iter()
+                        .map(|d| (d.server.addr, *d))
+                        .collect();
+                    (s.service.key, (s.service.clone(), dests))
+                })
+                .collect(),
+        }
+    }
+}
+
+impl KernelModel {
+    fn apply(&mut self, op: &Op) -> Result<(), &'static str> {
+        match op {
+            Op::AddService(vs) => {
+                if self.services.contains_key(&vs.key) {
+                    return Err("EEXIST: the service exists");
+                }
+                self.services.insert(vs.key, (vs.clone(), BTreeMap::new()));
+            }
+            Op::UpdateService(vs) => {
+                let s = self
+                    .services
+                    .get_mut(&vs.key)
+                    .ok_or("ESRCH: no such service")?;
+                s.0 = vs.clone();
+            }
+            Op::DeleteService(key) => {
+                self.services.remove(key).ok_or("ESRCH: no such service")?;
+            }
+            Op::AddDestination(key, rs) => {
+                let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
+                if s.1.contains_key(&rs.addr) {
+                    return Err("EEXIST: the real server exists");
+                }
+                let conns = Some(ConnCounts::default());
+                s.1.insert(rs.addr, ObservedDest { server: *rs, conns });
+            }
+            Op::UpdateDestination(key, rs) => {
+                let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
+                let d = s.1.get_mut(&rs.addr).ok_or("ENOENT: no such real server")?;
+                d.server = *rs;
+            }
+            Op::DeleteDestination(key, addr) => {
+                let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
+                s.1.remove(addr).ok_or("ENOENT: no such real server")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn observed(&self) -> Observed {
+        let mut o = Observed::new();
+        for (vs, dests) in self.services.values() {
+            o.insert(ObservedService::new(vs.clone(), dests.values().copied()));
+        }
+        o
+    }
+}
+
+/// A key from a small space (so that pools collide): TCP, UDP or SCTP on a
+/// few addresses and ports of either family, or a small firewall mark.
+fn small_key(u: &mut Unstructured<'_>) -> ArbResult<ServiceKey> {
+    Ok(match u.int_in_range(0u8..=3)? {
+        0 => ServiceKey::fwmark(u.int_in_range(0..=3)?, AddressFamily::arbitrary(u)?),
+        n => {
+            let protocol = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp][usize::from(n - 1)];
+            let addr = small_addr(u)?;
+            ServiceKey::Addr { protocol, addr }
+        }
+    })
+}
+
+fn small_addr(u: &mut Unstructured<'_>) -> ArbResult<SocketAddr> {
+    let host = u.int_in_range(1u8..=4)?;
+    let ip = if u.arbitrary()? {
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, host))
+    } else {
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(host)))
+    };
+    Ok(SocketAddr::new(ip, u.int_in_range(0..=2)?))
+}
+
+/// A service on `key`: ipvsadm's defaults, then a few arbitrary changes
+/// (some of which make it invalid).
+fn small_service(u: &mut Unstructured<'_>, key: ServiceKey) -> ArbResult<VirtualServer> {
+    let mut vs = VirtualServer::new(key);
+    if u.arbitrary()? {
+        vs.scheduler = u.choose(&Scheduler::BUILT_IN)?.clone();
+    }
+    if u.arbitrary()? {
+        vs = vs.with_persistence(u.int_in_range(0..=3)?);
+    }
+    if u.arbitrary()? {
+        vs.flags |= ServiceFlags::from_bits_truncate(u.arbitrary::<u32>()? & 0x38);
+    }
+    if u.ratio(1, 8)? {
+        vs.netmask = Netmask::from_prefix(key.family(), u.int_in_range(0..=128)?);
+    }
+    if u.ratio(1, 8)? {
+        vs.persistence_engine = Some(PersistenceEngine::sip());
+    }
+    Ok(vs)
+}
+
+/// A real server at `addr` with a few arbitrary settings.
+fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealServer> {
+    let forward = match u.int_in_range(0u8..=5)? {
+        0 => ForwardMethod::Masquerade,
+        1 => ForwardMethod::Local,
+        2 => ForwardMethod::Tunnel(Tunnel::IPIP),
+        3 => ForwardMethod::Tunnel(Tunnel {
+            encap: TunnelEncap::Gue {
+                port: u.int_in_range(0..=1)?,
+            },
+            flags: TunnelFlags::CSUM,
+        }),
+        _ => ForwardMethod::DirectRoute,
+    };
+    let upper = u.int_in_range(0..=2)?;
+    Ok(RealServer::new(addr)
+        .with_weight(u.int_in_range(0..=2)?)
+        .with_forward(forward)
+        .with_thresholds(upper, u.int_in_range(0..=2)?))
+}
