@@ -542,10 +542,12 @@ fn churn_state(phase: u32) -> DesiredState {
 
 /// Helper run as a child process by `killed_mid_sync_converges`: syncs two
 /// states alternately, one request per round trip, until it is killed.
+/// Without the variable it is not a child: there is nothing to do.
 #[test]
-#[ignore = "helper: run in a child process by killed_mid_sync_converges"]
 fn child_syncs_until_killed() {
-    let path = std::env::var(CHILD_NS).expect("IPVSCTL_SYNC_CHILD_NS");
+    let Ok(path) = std::env::var(CHILD_NS) else {
+        return;
+    };
     let h = Handle::open(&NetNs::path(path)).unwrap();
     let mut s = Syncer::with_options(
         &h,
@@ -566,12 +568,7 @@ fn killed_mid_sync_converges() {
     let (ns, h) = setup();
     let foreign = add_foreign(&ns, &h);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_syncs_until_killed",
-            "--nocapture",
-        ])
+        .args(["--exact", "child_syncs_until_killed", "--nocapture"])
         .env(CHILD_NS, ns.path())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
