@@ -62,7 +62,26 @@ fn output_to_run(out: Output) -> Run {
     }
 }
 
+/// Whether `args` read the table (list, save, or restore, which reads
+/// before it changes): see `support::exclusive_read`.
+fn reads_table(args: &[&str]) -> bool {
+    args.iter().any(|a| {
+        matches!(*a, "--list" | "--save" | "--restore")
+            || (a.starts_with('-')
+                && !a.starts_with("--")
+                && a[1..].starts_with(['L', 'l', 'S', 'R']))
+    })
+}
+
 fn run(ns: &TestNetns, tool: Tool, args: &[&str], stdin: Option<&str>) -> Run {
+    // Other tests of this binary change their tables meanwhile; a read must
+    // not overlap with them (the dump's position is global), nor a change
+    // with another test's read.
+    let (_read, _change) = if reads_table(args) {
+        (Some(support::exclusive_read()), None)
+    } else {
+        (None, Some(support::shared_change()))
+    };
     let mut c = match tool {
         Tool::Ipvsadm => ns.command("ipvsadm"),
         Tool::Lite => ns.command(lite()),

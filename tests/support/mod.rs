@@ -16,8 +16,32 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Orders exact table reads against changes in other namespaces.
+///
+/// An IPVS dump resumes at a position counted over the kernel's one service
+/// table, which holds the services of every namespace. A service added in
+/// another namespace while a dump is between two datagrams makes the dump
+/// repeat an entry; one deleted makes it skip one (ipvsadm shows both; the
+/// library drops repeats but cannot see skips). Tests that compare listings
+/// byte for byte take [`exclusive_read`] around each read; everything that
+/// changes a table while such tests run takes [`shared_change`]. Changes run
+/// side by side; an exclusive read waits for them and they wait for it.
+static TABLE_ORDER: RwLock<()> = RwLock::new(());
+
+/// Held around a read that must see exactly this namespace's table: no other
+/// test of this binary changes a table meanwhile. See [`TABLE_ORDER`].
+pub fn exclusive_read() -> RwLockWriteGuard<'static, ()> {
+    TABLE_ORDER.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Held around a change to a table, so that it never lands inside an
+/// [`exclusive_read`]. See [`TABLE_ORDER`].
+pub fn shared_change() -> RwLockReadGuard<'static, ()> {
+    TABLE_ORDER.read().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A fresh, named network namespace (`ip netns add ipvsctl-t-<pid>-<n>`) with
 /// `lo` up, deleted again on drop.
@@ -28,6 +52,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct TestNetns {
     name: String,
     path: PathBuf,
+    /// Made by [`TestNetns::with_ipvs`]: its table is flushed before the
+    /// namespace goes (see `Drop`).
+    ipvs: bool,
 }
 
 impl TestNetns {
@@ -47,6 +74,7 @@ impl TestNetns {
         let ns = TestNetns {
             path: Path::new("/run/netns").join(&name),
             name,
+            ipvs: false,
         };
         ns.run("ip", &["link", "set", "lo", "up"]);
         ns
@@ -56,7 +84,9 @@ impl TestNetns {
     /// answers in a namespace.
     pub fn with_ipvs() -> TestNetns {
         require_ipvs();
-        TestNetns::new()
+        let mut ns = TestNetns::new();
+        ns.ipvs = true;
+        ns
     }
 
     /// The name given to `ip netns add`.
@@ -134,6 +164,13 @@ impl Default for TestNetns {
 
 impl Drop for TestNetns {
     fn drop(&mut self) {
+        if self.ipvs {
+            // The kernel empties a deleted namespace's table later, from a
+            // work queue, outside any lock a test holds; emptied here, under
+            // `shared_change`, it cannot skew another test's exact read.
+            let _change = shared_change();
+            let _ = self.command("ipvsadm").arg("-C").output();
+        }
         let out = Command::new(tool("ip"))
             .args(["netns", "delete", &self.name])
             .output();
