@@ -364,28 +364,6 @@ fn errno_table_maps_to_typed_errors() {
     assert!(matches!(e, Error::NotSupported { errno: 95, .. }), "{e}");
 }
 
-/// Sync-daemon errnos: ENODEV, EEXIST, ESRCH.
-#[test]
-fn daemon_errnos() {
-    let (_ns, h) = setup();
-    // Daemons: ENODEV, EEXIST, ESRCH.
-    let e = h
-        .start_daemon(&SyncDaemon::new(DaemonRole::Master, "nosuch0"))
-        .unwrap_err();
-    assert!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
-    let d = SyncDaemon::new(DaemonRole::Backup, "lo");
-    h.start_daemon(&d).unwrap();
-    assert!(matches!(
-        h.start_daemon(&d),
-        Err(Error::DaemonRunning { .. })
-    ));
-    h.stop_daemon(DaemonRole::Backup).unwrap();
-    assert!(matches!(
-        h.stop_daemon(DaemonRole::Backup),
-        Err(Error::DaemonNotRunning { .. })
-    ));
-}
-
 /// EPERM: a process without CAP_NET_ADMIN (uid 65534, no capabilities)
 /// is refused. The child is killed after a minute so that a hang fails the
 /// test instead of stalling the run.

@@ -26,6 +26,15 @@
 //!    in a private network namespace, which makes the kernel load the
 //!    scheduler's module the same way.
 //!
+//! Load scheduler modules explicitly (step 2) before a proxy starts, rather
+//! than letting the kernel load them on first use: the kernel loads a
+//! scheduler while holding the IPVS mutex, and `ip_vs_lblc`/`ip_vs_lblcr`
+//! then wait for any network-namespace cleanup in progress, which waits for
+//! that mutex. A namespace deleted at that moment deadlocks IPVS and
+//! namespace cleanup for good (seen on 6.1 and 6.12; README "Kernel facts
+//! found while testing"). For those two, [`probe_scheduler`] is safe only
+//! once the module is loaded.
+//!
 //! [`Requirements::default`] asks for `ip_vs`, `ip_vs_rr`, `ip_vs_wrr`,
 //! `ip_vs_sh` and `nf_conntrack`, what kube-proxy in IPVS mode needs.
 //!

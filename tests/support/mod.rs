@@ -293,10 +293,39 @@ fn resolve(program: &OsStr) -> PathBuf {
     p.to_path_buf()
 }
 
+/// Every scheduler and persistence-engine module a test may use.
+const IPVS_MODULES: &[&str] = &[
+    "ip_vs_rr",
+    "ip_vs_wrr",
+    "ip_vs_lc",
+    "ip_vs_wlc",
+    "ip_vs_fo",
+    "ip_vs_ovf",
+    "ip_vs_lblc",
+    "ip_vs_lblcr",
+    "ip_vs_dh",
+    "ip_vs_sh",
+    "ip_vs_mh",
+    "ip_vs_sed",
+    "ip_vs_nq",
+    "ip_vs_twos",
+    "ip_vs_pe_sip",
+];
+
 fn ipvs_usable_in(ns: &TestNetns) -> Result<(), String> {
     // Load ip_vs if it is a module; failure is fine if it is built in or the
     // kernel autoloads it on first use.
     let modprobe = Command::new(tool("modprobe")).arg("ip_vs").output();
+    // Load every scheduler up front, never on first use. The kernel (6.1 and
+    // 6.12) loads a missing scheduler while holding the IPVS mutex; lblc's
+    // and lblcr's init register per-namespace state, which waits for any
+    // namespace cleanup in progress, and that cleanup waits for the IPVS
+    // mutex: a deadlock, hit when one test adds an lblc service while
+    // another test's namespace goes (README "Kernel facts found while
+    // testing"). Missing modules (twos before 6.12) are fine.
+    for m in IPVS_MODULES {
+        let _ = Command::new(tool("modprobe")).arg(m).output();
+    }
     let modprobe_note = match &modprobe {
         Ok(o) if o.status.success() => String::new(),
         Ok(o) => format!(
