@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use ipvsctl::codec::attr::{IpvsAttr, RawAddr, ServiceAttr};
 use ipvsctl::codec::frame::{self, FrameBody};
-use ipvsctl::codec::{IpvsCmd, IpvsMessage, reply, request};
+use ipvsctl::codec::{IpvsMessage, reply, request};
 use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, ServiceSnapshot};
 use netlink_packet_core::Emitable;
 
@@ -121,16 +121,15 @@ fn dump_datagrams(n: usize) -> Vec<Vec<u8>> {
     datagrams
 }
 
-/// What a dump consumer does: split, decode, convert.
+/// What a dump consumer does (`Handle::list_services`): split the
+/// datagrams into messages and decode each straight into a snapshot.
 fn decode_dump(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
     let mut out = Vec::with_capacity(10_000);
     for d in datagrams {
         for f in frame::frames(d) {
             let f = f.expect("frame");
             if let FrameBody::Data(body) = f.body {
-                let msg = frame::decode_message(body).expect("message");
-                debug_assert_eq!(msg.cmd, IpvsCmd::NewService);
-                out.push(reply::service(msg).expect("service"));
+                out.push(reply::service_from_body(body).expect("service"));
             }
         }
     }

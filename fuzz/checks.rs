@@ -167,15 +167,34 @@ pub fn decode_reply(data: &[u8]) {
 fn decode_body(body: &[u8]) {
     let _ = ctrl::decode_family_id(body);
     let Ok(msg) = frame::decode_message(body) else {
+        // The streaming decoders of the dump path fail where the message
+        // decoder fails.
+        assert!(
+            reply::service_from_body(body).is_err(),
+            "service_from_body accepted what decode_message refuses"
+        );
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            assert!(
+                reply::destination_from_body(body, family).is_err(),
+                "destination_from_body accepted what decode_message refuses"
+            );
+        }
         return;
     };
     let _ = format!("{msg:?}");
-    decode_as_everything(&msg);
+    decode_as_everything(&msg, body);
 }
 
-/// Runs every reply decoder on `msg` and checks what they return.
-fn decode_as_everything(msg: &IpvsMessage) {
-    if let Ok(s) = reply::service(msg.clone()) {
+/// Runs every reply decoder on `msg` (decoded from `body`) and checks what
+/// they return; the streaming decoders on `body` give the same.
+fn decode_as_everything(msg: &IpvsMessage, body: &[u8]) {
+    let service = reply::service(msg.clone());
+    assert_eq!(
+        reply::service_from_body(body).ok().as_ref(),
+        service.as_ref().ok(),
+        "service_from_body disagrees with decode_message + service"
+    );
+    if let Ok(s) = service {
         let vs = &s.service;
         assert_eq!(
             vs.netmask.family(),
@@ -189,7 +208,13 @@ fn decode_as_everything(msg: &IpvsMessage) {
         let _ = format!("{s:?}");
     }
     for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-        if let Ok(d) = reply::destination(msg.clone(), family) {
+        let dest = reply::destination(msg.clone(), family);
+        assert_eq!(
+            reply::destination_from_body(body, family).ok().as_ref(),
+            dest.as_ref().ok(),
+            "destination_from_body disagrees with decode_message + destination"
+        );
+        if let Ok(d) = dest {
             let _ = (d.server.forward.to_string(), d.server.validate());
             let _ = format!("{d:?}");
         }

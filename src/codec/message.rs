@@ -97,7 +97,7 @@ impl IpvsCmd {
     }
 
     /// Whether the top-level attributes of this command are info attributes.
-    fn carries_info(self) -> bool {
+    pub(crate) fn carries_info(self) -> bool {
         matches!(self, Self::SetInfo | Self::GetInfo)
     }
 }

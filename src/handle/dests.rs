@@ -51,20 +51,16 @@ impl Handle {
     /// [`Error::ServiceNotFound`], never an empty list.
     pub fn list_destinations(&self, service: &ServiceKey) -> Result<Vec<DestinationSnapshot>> {
         let msg = request::dump_dests(service)?;
-        let data = self.call(msg, Kind::Dump, Target::Service(*service))?;
+        let family = service.family();
+        let data = self
+            .call_decoded(msg, Kind::Dump, Target::Service(*service), |body| {
+                reply::destination_from_body(body, family)
+            })?
+            .data;
         if data.is_empty() {
             self.get_service(service)?;
-            return Ok(Vec::new());
         }
-        let family = service.family();
-        data.into_iter()
-            .map(|m| {
-                reply::destination(m, family).map_err(|source| Error::Decode {
-                    op: format!("list real servers of {service}"),
-                    source,
-                })
-            })
-            .collect()
+        Ok(data)
     }
 
     /// Reads back a tunnelled real server whose settings an old kernel could

@@ -25,7 +25,7 @@ pub use batch::{BatchMode, BatchReport, Op};
 pub(crate) use error::Target;
 pub use error::{Error, Result};
 
-use crate::codec::{IpvsCmd, IpvsMessage, consts};
+use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::NetNs;
 use crate::netlink::{Exchange, GenlSocket, Kind, Reply};
@@ -139,10 +139,27 @@ impl Handle {
     }
 
     /// [`Handle::run`], also telling how many datagrams each answer took.
-    pub(crate) fn run_answers<I, F>(&self, requests: I, mut on_reply: F) -> Result<()>
+    pub(crate) fn run_answers<I, F>(&self, requests: I, on_reply: F) -> Result<()>
     where
         I: IntoIterator<Item = Request>,
         F: FnMut(usize, Result<Answer>),
+    {
+        self.run_decoded(requests, |_, body| frame::decode_message(body), on_reply)
+    }
+
+    /// [`Handle::run_answers`], each data message decoded by `decode` (given
+    /// the request's index and the message body) as it arrives: the path of
+    /// large dumps, which never builds [`IpvsMessage`]s.
+    pub(crate) fn run_decoded<I, D, Dec, F>(
+        &self,
+        requests: I,
+        mut decode: Dec,
+        mut on_reply: F,
+    ) -> Result<()>
+    where
+        I: IntoIterator<Item = Request>,
+        Dec: FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+        F: FnMut(usize, Result<Answer<D>>),
     {
         let mut inner = self.lock();
         let Inner { sock, seq } = &mut *inner;
@@ -155,9 +172,11 @@ impl Handle {
             (r.msg, r.kind, ctx)
         });
         Exchange::new(sock, self.family, seq)
-            .run(reqs, |_, ctx, reply| {
-                on_reply(ctx.index, reply_result(&ctx, reply))
-            })
+            .run_decoded(
+                reqs,
+                |ctx, body| decode(ctx.index, body),
+                |_, ctx, reply| on_reply(ctx.index, reply_result(&ctx, reply)),
+            )
             .map_err(|e| Error::io("netlink exchange", e))
     }
 
@@ -178,14 +197,27 @@ impl Handle {
         kind: Kind,
         target: Target,
     ) -> Result<Answer> {
+        self.call_decoded(msg, kind, target, frame::decode_message)
+    }
+
+    /// [`Handle::call_answer`], the data decoded by `decode` as it arrives
+    /// (see [`Handle::run_decoded`]).
+    pub(crate) fn call_decoded<D>(
+        &self,
+        msg: IpvsMessage,
+        kind: Kind,
+        target: Target,
+        mut decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
+    ) -> Result<Answer<D>> {
         let mut out = None;
-        self.run_answers(
+        self.run_decoded(
             [Request {
                 index: 0,
                 msg,
                 kind,
                 target,
             }],
+            |_, body| decode(body),
             |_, r| out = Some(r),
         )?;
         out.unwrap_or_else(|| {
@@ -202,6 +234,7 @@ pub(crate) fn describe(cmd: IpvsCmd, target: &Target) -> String {
         IpvsCmd::NewService => "add virtual server",
         IpvsCmd::SetService => "edit virtual server",
         IpvsCmd::DelService => "delete virtual server",
+        IpvsCmd::GetService if matches!(target, Target::Global) => "list virtual servers",
         IpvsCmd::GetService => "get virtual server",
         IpvsCmd::NewDest => "add real server",
         IpvsCmd::SetDest => "edit real server",
@@ -234,14 +267,14 @@ struct Context {
 }
 
 /// The data of a successful reply.
-pub(crate) struct Answer {
-    pub data: Vec<IpvsMessage>,
+pub(crate) struct Answer<D = IpvsMessage> {
+    pub data: Vec<D>,
     /// Datagrams the data came in (see [`Reply::datagrams`]).
     pub datagrams: usize,
 }
 
 /// Turns a reply into the request's data or its typed error.
-fn reply_result(ctx: &Context, reply: Reply) -> Result<Answer> {
+fn reply_result<D>(ctx: &Context, reply: Reply<D>) -> Result<Answer<D>> {
     let op = || describe(ctx.cmd, &ctx.target);
     match reply.result {
         Ok(()) => Ok(Answer {

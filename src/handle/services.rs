@@ -47,18 +47,20 @@ impl Handle {
     /// exist.
     pub fn get_service(&self, key: &ServiceKey) -> Result<ServiceSnapshot> {
         let msg = request::get_service(key)?;
-        let data = self.call(msg, Kind::Ack, Target::Service(*key))?;
-        let first = data
+        let answer = self.call_decoded(
+            msg,
+            Kind::Ack,
+            Target::Service(*key),
+            reply::service_from_body,
+        )?;
+        answer
+            .data
             .into_iter()
             .next()
             .ok_or_else(|| Error::ServiceNotFound {
                 op: super::describe(crate::codec::IpvsCmd::GetService, &Target::Service(*key)),
                 key: *key,
-            })?;
-        reply::service(first).map_err(|source| Error::Decode {
-            op: format!("get virtual server {key}"),
-            source,
-        })
+            })
     }
 
     /// Lists every virtual server of the namespace (one dump).
@@ -86,17 +88,13 @@ impl Handle {
     }
 
     fn dump_services(&self) -> Result<(Vec<ServiceSnapshot>, usize)> {
-        let answer = self.call_answer(request::dump_services(), Kind::Dump, Target::Global)?;
-        let list = answer
-            .data
-            .into_iter()
-            .map(|m| {
-                reply::service(m).map_err(|source| Error::Decode {
-                    op: "list virtual servers".into(),
-                    source,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok((list, answer.datagrams))
+        // Each message is decoded as it arrives, straight into a snapshot.
+        let answer = self.call_decoded(
+            request::dump_services(),
+            Kind::Dump,
+            Target::Global,
+            reply::service_from_body,
+        )?;
+        Ok((answer.data, answer.datagrams))
     }
 }

@@ -39,11 +39,13 @@ pub enum Failure {
     Lost,
 }
 
-/// The answer to one request.
+/// The answer to one request, its data messages decoded into `D`
+/// ([`IpvsMessage`] unless the caller decodes them itself, see
+/// [`Exchange::run_decoded`]).
 #[derive(Debug)]
-pub struct Reply {
+pub struct Reply<D = IpvsMessage> {
     /// Data messages received for the request, in order.
-    pub data: Vec<IpvsMessage>,
+    pub data: Vec<D>,
     /// How many datagrams carried those messages. A dump answered in more
     /// than one datagram was produced in several passes of the kernel's dump
     /// callback, and is not a snapshot.
@@ -52,11 +54,11 @@ pub struct Reply {
     pub result: Result<(), Failure>,
 }
 
-struct Pending<T> {
+struct Pending<T, D> {
     index: usize,
     tag: T,
     kind: Kind,
-    data: Vec<IpvsMessage>,
+    data: Vec<D>,
     datagrams: usize,
     /// The receive count of the datagram that last carried data for this
     /// request, to count datagrams.
@@ -90,10 +92,30 @@ impl<'a> Exchange<'a> {
     /// context for the request, handed back with its reply. Returns early only
     /// on an I/O error of the socket itself; then the requests not yet
     /// answered have not been reported.
-    pub fn run<I, T, F>(&mut self, requests: I, mut on_reply: F) -> io::Result<()>
+    pub fn run<I, T, F>(&mut self, requests: I, on_reply: F) -> io::Result<()>
     where
         I: IntoIterator<Item = (IpvsMessage, Kind, T)>,
         F: FnMut(usize, T, Reply),
+    {
+        self.run_decoded(requests, |_, body| frame::decode_message(body), on_reply)
+    }
+
+    /// [`Exchange::run`], with each data message's body (generic-netlink
+    /// header first) handed to `decode` along with its request's tag, as it
+    /// arrives: a large dump is decoded straight into the caller's values
+    /// (e.g. [`crate::codec::reply::service_from_body`]) without building
+    /// [`IpvsMessage`]s. The first decode error of a request fails it with
+    /// [`Failure::Decode`]; its remaining messages are still consumed.
+    pub fn run_decoded<I, T, D, Dec, F>(
+        &mut self,
+        requests: I,
+        mut decode: Dec,
+        mut on_reply: F,
+    ) -> io::Result<()>
+    where
+        I: IntoIterator<Item = (IpvsMessage, Kind, T)>,
+        Dec: FnMut(&T, &[u8]) -> Result<D, DecodeError>,
+        F: FnMut(usize, T, Reply<D>),
     {
         let max_batch = self.sock.max_batch();
         let max_send = self.sock.max_send();
@@ -102,7 +124,7 @@ impl<'a> Exchange<'a> {
         let mut buf = Vec::with_capacity(64 << 10);
         loop {
             buf.clear();
-            let mut pending: VecDeque<Pending<T>> = VecDeque::new();
+            let mut pending: VecDeque<Pending<T, D>> = VecDeque::new();
             let first_seq = self.seq.wrapping_add(1);
             while let Some((index, (msg, kind, tag))) = carry.take().or_else(|| iter.next()) {
                 let before = buf.len();
@@ -138,7 +160,7 @@ impl<'a> Exchange<'a> {
                 return Ok(());
             }
             self.sock.send(&buf)?;
-            self.collect(first_seq, &mut pending)?;
+            self.collect(first_seq, &mut pending, &mut decode)?;
             for p in pending {
                 let result = match (p.done, p.decode_error) {
                     (Some(Err(f)), _) => Err(f),
@@ -160,7 +182,12 @@ impl<'a> Exchange<'a> {
     }
 
     /// Receives until every pending request of a chunk is answered.
-    fn collect<T>(&mut self, first_seq: u32, pending: &mut VecDeque<Pending<T>>) -> io::Result<()> {
+    fn collect<T, D>(
+        &mut self,
+        first_seq: u32,
+        pending: &mut VecDeque<Pending<T, D>>,
+        decode: &mut impl FnMut(&T, &[u8]) -> Result<D, DecodeError>,
+    ) -> io::Result<()> {
         let mut open = pending.len();
         let mut overrun = false;
         let mut received = 0usize;
@@ -198,10 +225,10 @@ impl<'a> Exchange<'a> {
                             p.last_datagram = received;
                             p.datagrams += 1;
                         }
-                        match frame::decode_message(body) {
-                            Ok(m) => p.data.push(m),
-                            Err(e) => {
-                                p.decode_error.get_or_insert(e);
+                        if p.decode_error.is_none() {
+                            match decode(&p.tag, body) {
+                                Ok(m) => p.data.push(m),
+                                Err(e) => p.decode_error = Some(e),
                             }
                         }
                         None

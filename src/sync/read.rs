@@ -3,8 +3,8 @@
 //! parallel), and pipelined single-service lookups.
 
 use crate::codec::{reply, request};
-use crate::handle::{Request, Target, describe};
-use crate::model::{ServiceKey, VirtualServer};
+use crate::handle::{Request, Target};
+use crate::model::{AddressFamily, ServiceKey, VirtualServer};
 use crate::netlink::Kind;
 use crate::{Error, Handle, Result};
 
@@ -78,22 +78,16 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
                     None
                 }
             });
-    handle.run(requests, |index, r| {
-        let Some(key) = keys.get(index) else { return };
-        let decoded = r.and_then(|data| {
-            data.into_iter()
-                .map(|m| {
-                    reply::destination(m, key.family())
-                        .map(ObservedDest::from)
-                        .map_err(|source| Error::Decode {
-                            op: format!("list real servers of {key}"),
-                            source,
-                        })
-                })
-                .collect()
-        });
+    // Each message is decoded as it arrives, for the family of its service.
+    let decode = |index: usize, body: &[u8]| {
+        let family = keys
+            .get(index)
+            .map_or(AddressFamily::Inet, ServiceKey::family);
+        reply::destination_from_body(body, family).map(ObservedDest::from)
+    };
+    handle.run_decoded(requests, decode, |index, r| {
         if let Some(slot) = out.get_mut(index) {
-            *slot = Some(decoded);
+            *slot = Some(r.map(|answer| answer.data));
         }
     })?;
     if let Some(e) = invalid {
@@ -132,20 +126,12 @@ pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<
                     None
                 }
             });
-    handle.run(requests, |index, r| {
-        let Some(key) = keys.get(index) else { return };
+    let decode = |_: usize, body: &[u8]| reply::service_from_body(body).map(|s| s.service);
+    handle.run_decoded(requests, decode, |index, r| {
         let decoded = match r {
             Err(Error::ServiceNotFound { .. }) => Ok(None),
             Err(e) => Err(e),
-            Ok(data) => match data.into_iter().next() {
-                None => Ok(None),
-                Some(m) => reply::service(m)
-                    .map(|s| Some(s.service))
-                    .map_err(|source| Error::Decode {
-                        op: describe(crate::codec::IpvsCmd::GetService, &Target::Service(*key)),
-                        source,
-                    }),
-            },
+            Ok(answer) => Ok(answer.data.into_iter().next()),
         };
         if let Some(slot) = out.get_mut(index) {
             *slot = Some(decoded);

@@ -77,7 +77,7 @@ impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DaemonAttr {
 }
 
 impl ParseAttr for DaemonAttr {
-    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
+    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match kind(nla) {
             a::STATE => Self::State(u32::from_ne_bytes(fixed("daemon STATE", v)?)),

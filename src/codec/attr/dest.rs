@@ -110,10 +110,34 @@ impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DestAttr {
 }
 
 impl ParseAttr for DestAttr {
-    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
+    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+        Ok(match DestAttr::parse_lean(nla)? {
+            LeanDestAttr::Attr(attr) => attr,
+            LeanDestAttr::Stats(nest) => Self::Stats(parse_all(nest)?),
+            LeanDestAttr::Stats64(nest) => Self::Stats64(parse_all(nest)?),
+        })
+    }
+}
+
+/// A destination attribute with its statistics nests left as bytes, for the
+/// large-dump decoder (see `LeanServiceAttr`).
+pub(crate) enum LeanDestAttr<'a> {
+    /// Any other attribute.
+    Attr(DestAttr),
+    /// The value of `STATS`.
+    Stats(&'a [u8]),
+    /// The value of `STATS64`.
+    Stats64(&'a [u8]),
+}
+
+impl DestAttr {
+    #[inline]
+    pub(crate) fn parse_lean<'v, V: AttrView<'v>>(
+        nla: &V,
+    ) -> Result<LeanDestAttr<'v>, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
-        Ok(match kind(nla) {
+        Ok(LeanDestAttr::Attr(match kind(nla) {
             a::ADDR => Self::Addr(RawAddr::new(v)?),
             a::PORT => Self::Port(u16::from_be_bytes(fixed("dest PORT", v)?)),
             a::FWD_METHOD => Self::FwdMethod(u32_of("dest FWD_METHOD")?),
@@ -123,13 +147,13 @@ impl ParseAttr for DestAttr {
             a::ACTIVE_CONNS => Self::ActiveConns(u32_of("dest ACTIVE_CONNS")?),
             a::INACT_CONNS => Self::InactConns(u32_of("dest INACT_CONNS")?),
             a::PERSIST_CONNS => Self::PersistConns(u32_of("dest PERSIST_CONNS")?),
-            a::STATS => Self::Stats(parse_all(v)?),
+            a::STATS => return Ok(LeanDestAttr::Stats(v)),
             a::ADDR_FAMILY => Self::AddrFamily(u16::from_ne_bytes(fixed("dest ADDR_FAMILY", v)?)),
-            a::STATS64 => Self::Stats64(parse_all(v)?),
+            a::STATS64 => return Ok(LeanDestAttr::Stats64(v)),
             a::TUN_TYPE => Self::TunType(u8::from_ne_bytes(fixed("dest TUN_TYPE", v)?)),
             a::TUN_PORT => Self::TunPort(u16::from_be_bytes(fixed("dest TUN_PORT", v)?)),
             a::TUN_FLAGS => Self::TunFlags(u16::from_ne_bytes(fixed("dest TUN_FLAGS", v)?)),
             _ => Self::Other(other(nla)?),
-        })
+        }))
     }
 }

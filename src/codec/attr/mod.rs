@@ -17,7 +17,10 @@ mod top;
 
 pub use daemon::DaemonAttr;
 pub use dest::DestAttr;
+pub(crate) use dest::LeanDestAttr;
+pub(crate) use service::LeanServiceAttr;
 pub use service::ServiceAttr;
+pub(crate) use stats::for_each_counter;
 pub use stats::{StatValue, StatsAttr};
 pub use top::IpvsAttr;
 
@@ -98,23 +101,30 @@ pub(crate) struct RawNla<'a> {
 
 /// Read access to an attribute, from a [`RawNla`] or an `NlaBuffer`, so each
 /// attribute enum has one parser for both.
-pub(crate) trait AttrView {
+pub(crate) trait AttrView<'a> {
     /// The type with `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER` as sent.
     fn raw_kind(&self) -> u16;
-    /// The value, without header or padding.
-    fn value(&self) -> &[u8];
+    /// The value, without header or padding, borrowed from the buffer.
+    fn value(&self) -> &'a [u8];
 }
 
-impl AttrView for RawNla<'_> {
-    fn raw_kind(&self) -> u16 {
-        self.raw_kind
-    }
-    fn value(&self) -> &[u8] {
+impl<'a> RawNla<'a> {
+    /// The value, borrowed from the buffer (not from `self`).
+    pub(crate) fn bytes(&self) -> &'a [u8] {
         self.value
     }
 }
 
-impl AttrView for NlaBuffer<&[u8]> {
+impl<'a> AttrView<'a> for RawNla<'a> {
+    fn raw_kind(&self) -> u16 {
+        self.raw_kind
+    }
+    fn value(&self) -> &'a [u8] {
+        self.value
+    }
+}
+
+impl<'a> AttrView<'a> for NlaBuffer<&'a [u8]> {
     fn raw_kind(&self) -> u16 {
         let mut k = self.kind();
         if self.nested_flag() {
@@ -125,8 +135,12 @@ impl AttrView for NlaBuffer<&[u8]> {
         }
         k
     }
-    fn value(&self) -> &[u8] {
-        NlaBuffer::value(self)
+    fn value(&self) -> &'a [u8] {
+        // `NlaBuffer::value` borrows from the buffer wrapper; the same range
+        // of the underlying slice outlives it (empty if the length field
+        // overstates, where `value` would panic).
+        let len = self.value_length();
+        self.into_inner().get(4..4 + len).unwrap_or(&[])
     }
 }
 
@@ -146,6 +160,7 @@ impl<'a> RawAttrs<'a> {
 impl<'a> Iterator for RawAttrs<'a> {
     type Item = Result<RawNla<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let b = self.buf;
         if b.is_empty() {
@@ -180,7 +195,7 @@ impl<'a> Iterator for RawAttrs<'a> {
 /// An attribute enum's parser, over any [`AttrView`].
 pub(crate) trait ParseAttr: Sized {
     /// Parses one attribute.
-    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError>;
+    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError>;
 }
 
 /// Iterates the attributes in `buf`, parsing each. A truncated or malformed
@@ -196,13 +211,13 @@ pub(crate) fn parse_all<T: ParseAttr>(buf: &[u8]) -> Result<Vec<T>, DecodeError>
 }
 
 /// The attribute type without the `NESTED` and `NET_BYTEORDER` bits.
-pub(crate) fn kind<V: AttrView>(nla: &V) -> u16 {
+pub(crate) fn kind<'v, V: AttrView<'v>>(nla: &V) -> u16 {
     nla.raw_kind() & super::consts::NLA_TYPE_MASK
 }
 
 /// An attribute this crate does not interpret, kept for re-emission with
 /// its type bits as sent.
-pub(crate) fn other<V: AttrView>(nla: &V) -> Result<DefaultNla, DecodeError> {
+pub(crate) fn other<'v, V: AttrView<'v>>(nla: &V) -> Result<DefaultNla, DecodeError> {
     Ok(DefaultNla::new(nla.raw_kind(), nla.value().to_vec()))
 }
 
@@ -236,8 +251,14 @@ pub(crate) fn len_all<T: netlink_packet_core::Nla>(attrs: &[T]) -> usize {
 /// Invalid UTF-8 is replaced rather than rejected: names are ASCII in every
 /// kernel, and one odd name must not make a whole dump unreadable.
 pub(crate) fn parse_cstr(value: &[u8]) -> String {
+    cstr(value).into_owned()
+}
+
+/// [`parse_cstr`], borrowed where the bytes are valid UTF-8.
+#[inline]
+pub(crate) fn cstr(value: &[u8]) -> std::borrow::Cow<'_, str> {
     let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
-    String::from_utf8_lossy(&value[..end]).into_owned()
+    String::from_utf8_lossy(&value[..end])
 }
 
 /// Writes `s` followed by a NUL into `buf` (`s.len() + 1` bytes).

@@ -1,10 +1,12 @@
 //! Service attributes (`IPVS_SVC_ATTR_*`).
 
+use std::borrow::Cow;
+
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
 use super::{
-    AttrView, ParseAttr, RawAddr, StatsAttr, emit_all, emit_cstr, fixed, kind, len_all, other,
-    parse_all, parse_cstr,
+    AttrView, ParseAttr, RawAddr, StatsAttr, cstr, emit_all, emit_cstr, fixed, kind, len_all,
+    other, parse_all,
 };
 use crate::codec::consts::svc_attr as a;
 
@@ -101,15 +103,47 @@ impl<'a> Parseable<NlaBuffer<&'a [u8]>> for ServiceAttr {
 }
 
 impl ParseAttr for ServiceAttr {
-    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
+    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+        Ok(match ServiceAttr::parse_lean(nla)? {
+            LeanServiceAttr::Attr(attr) => attr,
+            LeanServiceAttr::SchedName(name) => Self::SchedName(name.into_owned()),
+            LeanServiceAttr::PeName(name) => Self::PeName(name.into_owned()),
+            LeanServiceAttr::Stats(nest) => Self::Stats(parse_all(nest)?),
+            LeanServiceAttr::Stats64(nest) => Self::Stats64(parse_all(nest)?),
+        })
+    }
+}
+
+/// A service attribute parsed without copying what can be borrowed: names,
+/// and statistics nests left as bytes for a streaming reader
+/// ([`super::stats::for_each_counter`]). The large-dump decoder uses it; the
+/// enum's own parser is built on it, so both read the bytes the same way.
+pub(crate) enum LeanServiceAttr<'a> {
+    /// Any attribute with a fixed-size value, or one this crate does not know.
+    Attr(ServiceAttr),
+    /// `SCHED_NAME`.
+    SchedName(Cow<'a, str>),
+    /// `PE_NAME`.
+    PeName(Cow<'a, str>),
+    /// The value of `STATS`.
+    Stats(&'a [u8]),
+    /// The value of `STATS64`.
+    Stats64(&'a [u8]),
+}
+
+impl ServiceAttr {
+    #[inline]
+    pub(crate) fn parse_lean<'v, V: AttrView<'v>>(
+        nla: &V,
+    ) -> Result<LeanServiceAttr<'v>, DecodeError> {
         let v = nla.value();
-        Ok(match kind(nla) {
+        Ok(LeanServiceAttr::Attr(match kind(nla) {
             a::AF => Self::Af(u16::from_ne_bytes(fixed("service AF", v)?)),
             a::PROTOCOL => Self::Protocol(u16::from_ne_bytes(fixed("service PROTOCOL", v)?)),
             a::ADDR => Self::Addr(RawAddr::new(v)?),
             a::PORT => Self::Port(u16::from_be_bytes(fixed("service PORT", v)?)),
             a::FWMARK => Self::Fwmark(u32::from_ne_bytes(fixed("service FWMARK", v)?)),
-            a::SCHED_NAME => Self::SchedName(parse_cstr(v)),
+            a::SCHED_NAME => return Ok(LeanServiceAttr::SchedName(cstr(v))),
             a::FLAGS => {
                 let raw: [u8; 8] = fixed("service FLAGS", v)?;
                 let (f, m) = raw.split_at(4);
@@ -120,10 +154,10 @@ impl ParseAttr for ServiceAttr {
             }
             a::TIMEOUT => Self::Timeout(u32::from_ne_bytes(fixed("service TIMEOUT", v)?)),
             a::NETMASK => Self::Netmask(fixed("service NETMASK", v)?),
-            a::STATS => Self::Stats(parse_all(v)?),
-            a::PE_NAME => Self::PeName(parse_cstr(v)),
-            a::STATS64 => Self::Stats64(parse_all(v)?),
+            a::STATS => return Ok(LeanServiceAttr::Stats(v)),
+            a::PE_NAME => return Ok(LeanServiceAttr::PeName(cstr(v))),
+            a::STATS64 => return Ok(LeanServiceAttr::Stats64(v)),
             _ => Self::Other(other(nla)?),
-        })
+        }))
     }
 }

@@ -3,7 +3,7 @@
 
 use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
 
-use super::{AttrView, ParseAttr, kind, other};
+use super::{AttrView, ParseAttr, RawAttrs, kind, other};
 use crate::codec::consts::stats_attr as a;
 
 /// A counter as sent: `STATS` carries most counters as u32 and bytes as u64;
@@ -40,6 +40,7 @@ impl StatValue {
         }
     }
 
+    #[inline]
     fn parse(v: &[u8]) -> Result<Self, DecodeError> {
         match v.len() {
             4 => Ok(StatValue::U32(u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))),
@@ -86,7 +87,8 @@ pub enum StatsAttr {
 }
 
 impl StatsAttr {
-    fn value(&self) -> Option<StatValue> {
+    /// The counter's value; `None` for padding and unknown attributes.
+    pub(crate) fn value(&self) -> Option<StatValue> {
         match self {
             Self::Conns(v)
             | Self::InPkts(v)
@@ -148,8 +150,36 @@ impl<'a> Parseable<NlaBuffer<&'a [u8]>> for StatsAttr {
     }
 }
 
+/// Reads a `STATS` or `STATS64` nest without collecting it: calls `f` with
+/// the type (`IPVS_STATS_ATTR_*`) and value of each counter, in order. Fails
+/// exactly where parsing the nest as [`StatsAttr`]s fails (a malformed
+/// attribute, or a counter that is neither 4 nor 8 bytes); padding and
+/// unknown attributes are skipped, as [`StatsAttr::parse_view`] accepts any
+/// bytes for them.
+#[inline]
+pub(crate) fn for_each_counter(
+    nest: &[u8],
+    mut f: impl FnMut(u16, StatValue),
+) -> Result<(), DecodeError> {
+    for nla in RawAttrs::new(nest) {
+        let nla = nla?;
+        let k = kind(&nla);
+        if is_counter(k) {
+            f(k, StatValue::parse(nla.value())?);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `kind` is one of the ten counters (not `PAD`, not unknown).
+#[inline]
+fn is_counter(kind: u16) -> bool {
+    (a::CONNS..=a::OUTBPS).contains(&kind)
+}
+
 impl ParseAttr for StatsAttr {
-    fn parse_view<V: AttrView>(nla: &V) -> Result<Self, DecodeError> {
+    #[inline]
+    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match kind(nla) {
             a::CONNS => Self::Conns(StatValue::parse(v)?),

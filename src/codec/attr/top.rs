@@ -85,7 +85,10 @@ impl IpvsAttr {
         Self::parse_view(nla, info)
     }
 
-    pub(crate) fn parse_view<V: AttrView>(nla: &V, info: bool) -> Result<Self, DecodeError> {
+    pub(crate) fn parse_view<'v, V: AttrView<'v>>(
+        nla: &V,
+        info: bool,
+    ) -> Result<Self, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
         Ok(match (info, kind(nla)) {
