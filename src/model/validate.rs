@@ -2,8 +2,8 @@
 //! reason, so a bad value never reaches the kernel.
 
 use super::{
-    AddressFamily, ForwardMethod, MAX_NAME_LEN, Netmask, RealServer, ServiceFlags, ServiceKey,
-    SyncDaemon, Timeouts, TunnelEncap, VirtualServer,
+    AddressFamily, ForwardMethod, MAX_NAME_LEN, Netmask, Protocol, RealServer, Scheduler,
+    ServiceFlags, ServiceKey, SyncDaemon, Timeouts, TunnelEncap, VirtualServer,
 };
 
 /// Why a model value cannot be sent to the kernel.
@@ -111,6 +111,19 @@ pub enum ValidationError {
         /// The value given.
         value: u32,
     },
+    /// A value the kernel cannot keep as written, so that what it reports
+    /// back would not compare equal to it: an IPv6 address with a scope id
+    /// or flow label, a built-in scheduler or protocol spelt as `Other`, or
+    /// the kernel-internal `HASHED` service flag. Write the canonical form.
+    #[error("{field}: {given} would come back from the kernel as {canonical}; write that instead")]
+    NotCanonical {
+        /// Which field.
+        field: &'static str,
+        /// The value given.
+        given: Box<str>,
+        /// The value the kernel would report.
+        canonical: Box<str>,
+    },
     /// A sync-daemon multicast group that is not a multicast address.
     #[error("multicast group: {group} is not a multicast address")]
     NotMulticast {
@@ -148,12 +161,50 @@ fn check_name(field: &'static str, name: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// Refuses an IPv6 socket address with a scope id or flow label: the kernel
+/// keeps only the address and port.
+fn check_plain_addr(
+    field: &'static str,
+    addr: std::net::SocketAddr,
+) -> Result<(), ValidationError> {
+    let plain = std::net::SocketAddr::new(addr.ip(), addr.port());
+    if let std::net::SocketAddr::V6(v6) = addr {
+        if v6.scope_id() != 0 || v6.flowinfo() != 0 {
+            return Err(ValidationError::NotCanonical {
+                field,
+                given: format!("{v6} (flow label {:#x})", v6.flowinfo()).into(),
+                canonical: plain.to_string().into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl ServiceKey {
-    /// Checks the key on its own (firewall mark non-zero).
+    /// Checks the key on its own: firewall mark non-zero, and nothing the
+    /// kernel would not report back as given (an IPv6 scope id or flow
+    /// label; TCP, UDP or SCTP spelt as [`Protocol::Other`]).
+    ///
+    /// ```
+    /// use ipvsctl::model::{Protocol, ServiceKey, ValidationError};
+    /// let key = ServiceKey::Addr { protocol: Protocol::Other(6), addr: "10.0.0.1:80".parse().unwrap() };
+    /// assert!(matches!(key.validate(), Err(ValidationError::NotCanonical { field: "protocol", .. })));
+    /// ```
     pub fn validate(&self) -> Result<(), ValidationError> {
-        match self {
+        match *self {
             ServiceKey::FwMark { mark: 0, .. } => Err(ValidationError::ZeroFwMark),
-            _ => Ok(()),
+            ServiceKey::FwMark { .. } => Ok(()),
+            ServiceKey::Addr { protocol, addr } => {
+                let canonical = Protocol::from_raw(protocol.to_raw());
+                if canonical != protocol {
+                    return Err(ValidationError::NotCanonical {
+                        field: "protocol",
+                        given: format!("{protocol:?}").into(),
+                        canonical: format!("{canonical:?}").into(),
+                    });
+                }
+                check_plain_addr("service address", addr)
+            }
         }
     }
 }
@@ -170,6 +221,23 @@ impl VirtualServer {
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.key.validate()?;
         check_name("scheduler", self.scheduler.name())?;
+        let scheduler = Scheduler::from_name(self.scheduler.name());
+        if scheduler != self.scheduler {
+            return Err(ValidationError::NotCanonical {
+                field: "scheduler",
+                given: format!("{:?}", self.scheduler).into(),
+                canonical: format!("{scheduler:?}").into(),
+            });
+        }
+        let flags = ServiceFlags::from_kernel(self.flags.bits());
+        if flags != self.flags {
+            return Err(ValidationError::NotCanonical {
+                field: "flags",
+                given: format!("{:#x}", self.flags.bits()).into(),
+                canonical: format!("{:#x} (the kernel's HASHED bit is its own)", flags.bits())
+                    .into(),
+            });
+        }
         check_timeout("persistence timeout", self.timeout)?;
         if let Some(pe) = &self.persistence_engine {
             check_name("persistence engine", pe.name())?;
@@ -206,6 +274,7 @@ impl RealServer {
     /// Checks the real server on its own (weight, thresholds, tunnel). Use
     /// [`validate_destination`] to check it against its virtual server too.
     pub fn validate(&self) -> Result<(), ValidationError> {
+        check_plain_addr("real server address", self.addr)?;
         if self.weight > i32::MAX as u32 {
             return Err(ValidationError::WeightOutOfRange {
                 weight: self.weight,
