@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 
+use netlink_packet_core::{Emitable, Nla};
+
 use super::attr::{DaemonAttr, DestAttr, IpvsAttr, RawAddr, ServiceAttr};
 use super::message::{IpvsCmd, IpvsMessage};
 use crate::model::{
@@ -11,65 +13,123 @@ use crate::model::{
     ValidationError, VirtualServer, validate_destination,
 };
 
+// Which attributes a request carries is decided once, in the `each_*`
+// functions below; the builders collect them into message values and the
+// `write_*` functions (the bulk sync's direct path) emit them straight into
+// a send buffer. Either way the attribute enums write the bytes.
+
 /// The attributes that identify a service: AF, then FWMARK or PROTOCOL + ADDR +
 /// PORT (the order the kernel itself uses in replies).
-fn key_attrs(key: &ServiceKey) -> Vec<ServiceAttr> {
-    let mut attrs = Vec::with_capacity(9);
-    attrs.push(ServiceAttr::Af(key.family().to_raw()));
+fn each_key_attr(key: &ServiceKey, mut f: impl FnMut(ServiceAttr)) {
+    f(ServiceAttr::Af(key.family().to_raw()));
     match key {
-        ServiceKey::FwMark { mark, .. } => attrs.push(ServiceAttr::Fwmark(*mark)),
+        ServiceKey::FwMark { mark, .. } => f(ServiceAttr::Fwmark(*mark)),
         ServiceKey::Addr { protocol, addr } => {
-            attrs.push(ServiceAttr::Protocol(protocol.to_raw()));
-            attrs.push(ServiceAttr::Addr(RawAddr::from_ip(addr.ip())));
-            attrs.push(ServiceAttr::Port(addr.port()));
+            f(ServiceAttr::Protocol(protocol.to_raw()));
+            f(ServiceAttr::Addr(RawAddr::from_ip(addr.ip())));
+            f(ServiceAttr::Port(addr.port()));
         }
     }
-    attrs
 }
 
-/// A service with its full configuration (for NEW and SET).
-fn service_attrs(vs: &VirtualServer) -> Result<Vec<ServiceAttr>, ValidationError> {
-    vs.validate()?;
-    let mut attrs = key_attrs(&vs.key);
-    attrs.push(ServiceAttr::SchedName(vs.scheduler.name().to_owned()));
+/// A service with its full configuration (for NEW and SET); the caller
+/// validates.
+fn each_service_attr(vs: &VirtualServer, mut f: impl FnMut(ServiceAttr)) {
+    each_key_attr(&vs.key, &mut f);
+    f(ServiceAttr::SchedName(vs.scheduler.name().to_owned()));
     if let Some(pe) = &vs.persistence_engine {
-        attrs.push(ServiceAttr::PeName(pe.name().to_owned()));
+        f(ServiceAttr::PeName(pe.name().to_owned()));
     }
     // The mask covers every bit but the kernel-internal HASHED one, so an
     // update sets exactly the flags asked for, including clearing bits a newer
     // kernel defines that this value does not carry.
-    attrs.push(ServiceAttr::Flags {
+    f(ServiceAttr::Flags {
         flags: vs.flags.bits() & !ServiceFlags::KERNEL_HASHED,
         mask: !ServiceFlags::KERNEL_HASHED,
     });
-    attrs.push(ServiceAttr::Timeout(vs.timeout));
-    attrs.push(ServiceAttr::Netmask(vs.netmask.to_wire()));
-    Ok(attrs)
+    f(ServiceAttr::Timeout(vs.timeout));
+    f(ServiceAttr::Netmask(vs.netmask.to_wire()));
 }
 
 /// A destination's identity: ADDR and PORT.
-fn dest_key_attrs(addr: SocketAddr) -> Vec<DestAttr> {
-    let mut attrs = Vec::with_capacity(10);
-    attrs.push(DestAttr::Addr(RawAddr::from_ip(addr.ip())));
-    attrs.push(DestAttr::Port(addr.port()));
+fn each_dest_key_attr(addr: SocketAddr, mut f: impl FnMut(DestAttr)) {
+    f(DestAttr::Addr(RawAddr::from_ip(addr.ip())));
+    f(DestAttr::Port(addr.port()));
+}
+
+/// What `DEL_DEST` carries: the identity and the address family.
+fn each_del_dest_attr(addr: SocketAddr, mut f: impl FnMut(DestAttr)) {
+    each_dest_key_attr(addr, &mut f);
+    f(DestAttr::AddrFamily(
+        crate::model::AddressFamily::of(&addr.ip()).to_raw(),
+    ));
+}
+
+/// A destination with its full configuration (for NEW and SET); the caller
+/// validates.
+fn each_dest_attr(rs: &RealServer, mut f: impl FnMut(DestAttr)) {
+    each_dest_key_attr(rs.addr, &mut f);
+    f(DestAttr::FwdMethod(rs.forward.raw()));
+    f(DestAttr::Weight(rs.weight));
+    f(DestAttr::UThresh(rs.upper_threshold));
+    f(DestAttr::LThresh(rs.lower_threshold));
+    f(DestAttr::AddrFamily(rs.family().to_raw()));
+    if let ForwardMethod::Tunnel(t) = rs.forward {
+        f(DestAttr::TunType(t.encap.raw_type()));
+        f(DestAttr::TunPort(t.encap.port()));
+        f(DestAttr::TunFlags(t.flags.bits()));
+    }
+}
+
+fn key_attrs(key: &ServiceKey) -> Vec<ServiceAttr> {
+    let mut attrs = Vec::with_capacity(9);
+    each_key_attr(key, |a| attrs.push(a));
     attrs
 }
 
-/// A destination with its full configuration (for NEW and SET).
+fn service_attrs(vs: &VirtualServer) -> Result<Vec<ServiceAttr>, ValidationError> {
+    vs.validate()?;
+    let mut attrs = Vec::with_capacity(9);
+    each_service_attr(vs, |a| attrs.push(a));
+    Ok(attrs)
+}
+
 fn dest_attrs(key: &ServiceKey, rs: &RealServer) -> Result<Vec<DestAttr>, ValidationError> {
     validate_destination(key, rs)?;
-    let mut attrs = dest_key_attrs(rs.addr);
-    attrs.push(DestAttr::FwdMethod(rs.forward.raw()));
-    attrs.push(DestAttr::Weight(rs.weight));
-    attrs.push(DestAttr::UThresh(rs.upper_threshold));
-    attrs.push(DestAttr::LThresh(rs.lower_threshold));
-    attrs.push(DestAttr::AddrFamily(rs.family().to_raw()));
-    if let ForwardMethod::Tunnel(t) = rs.forward {
-        attrs.push(DestAttr::TunType(t.encap.raw_type()));
-        attrs.push(DestAttr::TunPort(t.encap.port()));
-        attrs.push(DestAttr::TunFlags(t.flags.bits()));
-    }
+    let mut attrs = Vec::with_capacity(10);
+    each_dest_attr(rs, |a| attrs.push(a));
     Ok(attrs)
+}
+
+/// Appends one attribute, header and padding included.
+fn push_attr<A: Nla>(out: &mut Vec<u8>, attr: &A) {
+    let at = out.len();
+    out.resize(at + attr.buffer_len(), 0);
+    attr.emit(&mut out[at..]);
+}
+
+/// Appends the attributes of a service key (see `each_key_attr`) to `out`,
+/// as [`del_service`] would carry them: for writers that frame requests
+/// themselves. Validates nothing.
+pub(crate) fn write_key_attrs(out: &mut Vec<u8>, key: &ServiceKey) {
+    each_key_attr(key, |a| push_attr(out, &a));
+}
+
+/// Appends a service's attributes as [`new_service`] carries them.
+/// Validates nothing: the caller has.
+pub(crate) fn write_service_attrs(out: &mut Vec<u8>, vs: &VirtualServer) {
+    each_service_attr(vs, |a| push_attr(out, &a));
+}
+
+/// Appends a real server's attributes as [`new_dest`] carries them.
+/// Validates nothing: the caller has.
+pub(crate) fn write_dest_attrs(out: &mut Vec<u8>, rs: &RealServer) {
+    each_dest_attr(rs, |a| push_attr(out, &a));
+}
+
+/// Appends the real-server attributes of [`del_dest`].
+pub(crate) fn write_del_dest_attrs(out: &mut Vec<u8>, addr: SocketAddr) {
+    each_del_dest_attr(addr, |a| push_attr(out, &a));
 }
 
 /// `NEW_SERVICE`: add a virtual server.
@@ -146,10 +206,8 @@ pub fn set_dest(service: &ServiceKey, rs: &RealServer) -> Result<IpvsMessage, Va
 /// `DEL_DEST`: remove a real server from a virtual server.
 pub fn del_dest(service: &ServiceKey, addr: SocketAddr) -> Result<IpvsMessage, ValidationError> {
     service.validate()?;
-    let mut dest = dest_key_attrs(addr);
-    dest.push(DestAttr::AddrFamily(
-        crate::model::AddressFamily::of(&addr.ip()).to_raw(),
-    ));
+    let mut dest = Vec::with_capacity(3);
+    each_del_dest_attr(addr, |a| dest.push(a));
     Ok(IpvsMessage::new(
         IpvsCmd::DelDest,
         vec![IpvsAttr::Service(key_attrs(service)), IpvsAttr::Dest(dest)],

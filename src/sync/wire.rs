@@ -6,40 +6,21 @@
 //! The bytes are exactly those of
 //! `frame::encode_request(op.encode()?, ..)` (a property test checks it);
 //! this path exists because under emulation building the generic message
-//! values costs as much as the kernel's own work.
+//! values costs as much as the kernel's own work. Only the netlink framing
+//! is written here: which attributes a request carries and their bytes come
+//! from `codec::request::write_*`, the same code the request builders use.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 
 use crate::codec::IpvsCmd;
-use crate::codec::consts::{FAMILY_VERSION, cmd_attr, dest_attr, svc_attr};
+use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_REQUEST, NlError};
+use crate::codec::request;
 use crate::handle::{Target, describe};
-use crate::model::{ForwardMethod, RealServer, ServiceFlags, ServiceKey, VirtualServer};
 use crate::netlink::GenlSocket;
 use crate::{Error, Op};
 
-fn pad(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
-        out.push(0);
-    }
-}
-
-fn put(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    pad(out);
-}
-
-fn put_cstr(out: &mut Vec<u8>, kind: u16, s: &str) {
-    out.extend_from_slice(&((5 + s.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(s.as_bytes());
-    out.push(0);
-    pad(out);
-}
-
+/// Starts a nested attribute; [`end`] writes its length.
 fn begin(out: &mut Vec<u8>, kind: u16) -> usize {
     let at = out.len();
     out.extend_from_slice(&[0, 0]);
@@ -50,64 +31,6 @@ fn begin(out: &mut Vec<u8>, kind: u16) -> usize {
 fn end(out: &mut [u8], at: usize) {
     let len = (out.len() - at) as u16;
     out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
-}
-
-fn addr16(ip: IpAddr) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    match ip {
-        IpAddr::V4(v4) => b[..4].copy_from_slice(&v4.octets()),
-        IpAddr::V6(v6) => b = v6.octets(),
-    }
-    b
-}
-
-fn service_key(out: &mut Vec<u8>, key: &ServiceKey) {
-    put(out, svc_attr::AF, &key.family().to_raw().to_ne_bytes());
-    match key {
-        ServiceKey::FwMark { mark, .. } => put(out, svc_attr::FWMARK, &mark.to_ne_bytes()),
-        ServiceKey::Addr { protocol, addr } => {
-            put(out, svc_attr::PROTOCOL, &protocol.to_raw().to_ne_bytes());
-            put(out, svc_attr::ADDR, &addr16(addr.ip()));
-            put(out, svc_attr::PORT, &addr.port().to_be_bytes());
-        }
-    }
-}
-
-fn service(out: &mut Vec<u8>, vs: &VirtualServer) {
-    service_key(out, &vs.key);
-    put_cstr(out, svc_attr::SCHED_NAME, vs.scheduler.name());
-    if let Some(pe) = &vs.persistence_engine {
-        put_cstr(out, svc_attr::PE_NAME, pe.name());
-    }
-    let mut flags = [0u8; 8];
-    flags[..4].copy_from_slice(&(vs.flags.bits() & !ServiceFlags::KERNEL_HASHED).to_ne_bytes());
-    flags[4..].copy_from_slice(&(!ServiceFlags::KERNEL_HASHED).to_ne_bytes());
-    put(out, svc_attr::FLAGS, &flags);
-    put(out, svc_attr::TIMEOUT, &vs.timeout.to_ne_bytes());
-    put(out, svc_attr::NETMASK, &vs.netmask.to_wire());
-}
-
-fn dest_key(out: &mut Vec<u8>, addr: &SocketAddr) {
-    put(out, dest_attr::ADDR, &addr16(addr.ip()));
-    put(out, dest_attr::PORT, &addr.port().to_be_bytes());
-}
-
-fn dest(out: &mut Vec<u8>, rs: &RealServer) {
-    dest_key(out, &rs.addr);
-    put(out, dest_attr::FWD_METHOD, &rs.forward.raw().to_ne_bytes());
-    put(out, dest_attr::WEIGHT, &rs.weight.to_ne_bytes());
-    put(out, dest_attr::U_THRESH, &rs.upper_threshold.to_ne_bytes());
-    put(out, dest_attr::L_THRESH, &rs.lower_threshold.to_ne_bytes());
-    put(
-        out,
-        dest_attr::ADDR_FAMILY,
-        &rs.family().to_raw().to_ne_bytes(),
-    );
-    if let ForwardMethod::Tunnel(t) = rs.forward {
-        put(out, dest_attr::TUN_TYPE, &[t.encap.raw_type()]);
-        put(out, dest_attr::TUN_PORT, &t.encap.port().to_be_bytes());
-        put(out, dest_attr::TUN_FLAGS, &t.flags.bits().to_ne_bytes());
-    }
 }
 
 /// The command of an operation.
@@ -136,32 +59,25 @@ pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32) {
     let svc = begin(out, cmd_attr::SERVICE);
     match op {
         Op::AddService(vs) | Op::UpdateService(vs) => {
-            service(out, vs);
+            request::write_service_attrs(out, vs);
             end(out, svc);
         }
         Op::DeleteService(key) => {
-            service_key(out, key);
+            request::write_key_attrs(out, key);
             end(out, svc);
         }
         Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
-            service_key(out, key);
+            request::write_key_attrs(out, key);
             end(out, svc);
             let d = begin(out, cmd_attr::DEST);
-            dest(out, rs);
+            request::write_dest_attrs(out, rs);
             end(out, d);
         }
         Op::DeleteDestination(key, addr) => {
-            service_key(out, key);
+            request::write_key_attrs(out, key);
             end(out, svc);
             let d = begin(out, cmd_attr::DEST);
-            dest_key(out, addr);
-            put(
-                out,
-                dest_attr::ADDR_FAMILY,
-                &crate::model::AddressFamily::of(&addr.ip())
-                    .to_raw()
-                    .to_ne_bytes(),
-            );
+            request::write_del_dest_attrs(out, *addr);
             end(out, d);
         }
     }
@@ -323,8 +239,10 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AddressFamily, TunnelEncap};
+    use crate::model::{AddressFamily, ForwardMethod, RealServer, TunnelEncap};
     use crate::model::{Netmask, PersistenceEngine, Protocol, Scheduler, Tunnel, TunnelFlags};
+    use crate::model::{ServiceKey, VirtualServer};
+    use std::net::SocketAddr;
 
     fn check(op: Op) {
         let mut fast = Vec::new();
