@@ -2,9 +2,10 @@
 //! streamed through one exchange per socket (optionally several sockets in
 //! parallel), and pipelined single-service lookups.
 
+use crate::codec::{DecodeError, IpvsMessage};
 use crate::codec::{reply, request};
-use crate::handle::{Request, Target};
-use crate::model::{AddressFamily, ServiceKey, VirtualServer};
+use crate::handle::{Answer, Request, Target};
+use crate::model::{AddressFamily, ServiceKey, ValidationError, VirtualServer};
 use crate::netlink::Kind;
 use crate::{Error, Handle, Result};
 
@@ -61,23 +62,6 @@ pub(crate) fn destinations(
 }
 
 fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<ObservedDest>>> {
-    let mut out: Vec<Option<Result<Vec<ObservedDest>>>> = (0..keys.len()).map(|_| None).collect();
-    let mut invalid = None;
-    let requests =
-        keys.iter()
-            .enumerate()
-            .filter_map(|(index, key)| match request::dump_dests(key) {
-                Ok(msg) => Some(Request {
-                    index,
-                    msg,
-                    kind: Kind::Dump,
-                    target: Target::Service(*key),
-                }),
-                Err(e) => {
-                    invalid.get_or_insert(Error::from(e));
-                    None
-                }
-            });
     // Each message is decoded as it arrives, for the family of its service.
     let decode = |index: usize, body: &[u8]| {
         let family = keys
@@ -85,56 +69,71 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
             .map_or(AddressFamily::Inet, ServiceKey::family);
         reply::destination_from_body(body, family).map(ObservedDest::from)
     };
-    handle.run_decoded(requests, decode, |index, r| {
-        if let Some(slot) = out.get_mut(index) {
-            *slot = Some(r.map(|answer| answer.data));
-        }
-    })?;
-    if let Some(e) = invalid {
-        return Err(e);
-    }
-    out.into_iter()
-        .zip(keys)
-        .map(|(r, key)| {
-            r.unwrap_or_else(|| {
-                Err(Error::Lost {
-                    op: format!("list real servers of {key}"),
-                })
-            })
-        })
-        .collect()
+    per_key(
+        handle,
+        keys,
+        (request::dump_dests, Kind::Dump, "list real servers of"),
+        decode,
+        |r| r.map(|answer| answer.data),
+    )
 }
 
 /// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a
 /// service that does not exist.
 pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
-    let mut out: Vec<Option<Result<Option<VirtualServer>>>> =
-        (0..keys.len()).map(|_| None).collect();
-    let mut invalid = None;
-    let requests =
-        keys.iter()
-            .enumerate()
-            .filter_map(|(index, key)| match request::get_service(key) {
-                Ok(msg) => Some(Request {
-                    index,
-                    msg,
-                    kind: Kind::Ack,
-                    target: Target::Service(*key),
-                }),
-                Err(e) => {
-                    invalid.get_or_insert(Error::from(e));
-                    None
-                }
-            });
     let decode = |_: usize, body: &[u8]| reply::service_from_body(body).map(|s| s.service);
-    handle.run_decoded(requests, decode, |index, r| {
-        let decoded = match r {
+    per_key(
+        handle,
+        keys,
+        (request::get_service, Kind::Ack, "get virtual server"),
+        decode,
+        |r| match r {
             Err(Error::ServiceNotFound { .. }) => Ok(None),
             Err(e) => Err(e),
             Ok(answer) => Ok(answer.data.into_iter().next()),
-        };
+        },
+    )
+}
+
+/// How to ask about one service: the request builder, how it is answered,
+/// and what a lost answer is called (followed by the key).
+type PerKeyRequest = (
+    fn(&ServiceKey) -> std::result::Result<IpvsMessage, ValidationError>,
+    Kind,
+    &'static str,
+);
+
+/// One request per key, pipelined through one exchange; each message
+/// decoded by `decode` as it arrives and each answer turned into a value by
+/// `answer`. The values come back in the order of `keys`; a request the
+/// kernel never answered is [`Error::Lost`].
+fn per_key<D, V>(
+    handle: &Handle,
+    keys: &[ServiceKey],
+    (build, kind, what): PerKeyRequest,
+    decode: impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+    mut answer: impl FnMut(Result<Answer<D>>) -> Result<V>,
+) -> Result<Vec<V>> {
+    let mut out: Vec<Option<Result<V>>> = (0..keys.len()).map(|_| None).collect();
+    let mut invalid = None;
+    let requests = keys
+        .iter()
+        .enumerate()
+        .filter_map(|(index, key)| match build(key) {
+            Ok(msg) => Some(Request {
+                index,
+                msg,
+                kind,
+                target: Target::Service(*key),
+            }),
+            Err(e) => {
+                invalid.get_or_insert(Error::from(e));
+                None
+            }
+        });
+    handle.run_decoded(requests, decode, |index, r| {
         if let Some(slot) = out.get_mut(index) {
-            *slot = Some(decoded);
+            *slot = Some(answer(r));
         }
     })?;
     if let Some(e) = invalid {
@@ -145,7 +144,7 @@ pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<
         .map(|(r, key)| {
             r.unwrap_or_else(|| {
                 Err(Error::Lost {
-                    op: format!("get virtual server {key}"),
+                    op: format!("{what} {key}"),
                 })
             })
         })
