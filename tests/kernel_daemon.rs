@@ -11,15 +11,13 @@
 
 mod support;
 
+use ipvsctl::Error;
 use ipvsctl::model::{DaemonRole, SyncDaemon};
-use ipvsctl::{Error, Handle, NetNs};
-use support::TestNetns;
 
 /// Sync-daemon errnos: ENODEV, EEXIST, ESRCH.
 #[test]
 fn daemon_errnos() {
-    let ns = TestNetns::with_ipvs();
-    let h = Handle::open(&NetNs::path(ns.path())).expect("open handle in test namespace");
+    let (_ns, h) = support::netns_with_handle();
     let e = h
         .start_daemon(&SyncDaemon::new(DaemonRole::Master, "nosuch0"))
         .unwrap_err();

@@ -14,17 +14,12 @@ use ipvsctl::model::{
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
     VirtualServer,
 };
-use ipvsctl::{Error, Handle, NetNs, Op};
+use ipvsctl::{Error, Handle, Op};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use support::TestNetns;
 
-/// A fresh namespace and a handle opened in it.
-fn setup() -> (TestNetns, Handle) {
-    let ns = TestNetns::with_ipvs();
-    let h = Handle::open(&NetNs::path(ns.path())).expect("open handle in test namespace");
-    (ns, h)
-}
+// A fresh namespace and a handle opened in it.
+use support::netns_with_handle as setup;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()

@@ -20,11 +20,7 @@ use support::TestNetns;
 
 type Table = BTreeMap<ServiceKey, (VirtualServer, BTreeMap<SocketAddr, RealServer>)>;
 
-fn setup() -> (TestNetns, Handle) {
-    let ns = TestNetns::with_ipvs();
-    let h = Handle::open(&NetNs::path(ns.path())).expect("open handle in test namespace");
-    (ns, h)
-}
+use support::netns_with_handle as setup;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()

@@ -7,7 +7,8 @@
 //! namespace ([`TestNetns`]), so tests of one binary run in parallel and never
 //! see each other's IPVS tables.
 //!
-//! Standard library only, so that every test binary can `mod support;` it.
+//! Standard library and the crate itself only, so that every test binary can
+//! `mod support;` it.
 //! Each binary uses a subset of it, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
 
@@ -154,6 +155,15 @@ impl TestNetns {
             panic!("{}", ipvs_missing_message(&why));
         }
     }
+}
+
+/// A fresh namespace with IPVS ([`TestNetns::with_ipvs`]) and a handle opened
+/// in it; the namespace goes when the returned value is dropped.
+pub fn netns_with_handle() -> (TestNetns, ipvsctl::Handle) {
+    let ns = TestNetns::with_ipvs();
+    let h = ipvsctl::Handle::open(&ipvsctl::NetNs::path(ns.path()))
+        .expect("open handle in test namespace");
+    (ns, h)
 }
 
 impl Default for TestNetns {
