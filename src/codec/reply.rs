@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use netlink_packet_core::DecodeError;
 
 use super::attr::{
-    DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs, ServiceAttr,
-    StatValue, StatsAttr, for_each_counter, kind,
+    AttrView, DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs,
+    ServiceAttr, StatValue, StatsAttr, for_each_counter, kind,
 };
 use super::consts::{cmd_attr, stats_attr};
 use super::frame;
@@ -101,7 +101,7 @@ fn find_nest(body: &[u8], want: u16) -> Result<Option<&[u8]>, DecodeError> {
     for nla in RawAttrs::new(attrs) {
         let nla = nla?;
         if !info && found.is_none() && kind(&nla) == want {
-            found = Some(nla.bytes());
+            found = Some(nla.value());
         } else {
             IpvsAttr::parse_view(&nla, info)?;
         }

@@ -108,13 +108,6 @@ pub(crate) trait AttrView<'a> {
     fn value(&self) -> &'a [u8];
 }
 
-impl<'a> RawNla<'a> {
-    /// The value, borrowed from the buffer (not from `self`).
-    pub(crate) fn bytes(&self) -> &'a [u8] {
-        self.value
-    }
-}
-
 impl<'a> AttrView<'a> for RawNla<'a> {
     fn raw_kind(&self) -> u16 {
         self.raw_kind
