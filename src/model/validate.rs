@@ -358,6 +358,49 @@ mod tests {
         VirtualServer::new(ServiceKey::tcp(addr.parse().unwrap()))
     }
 
+    /// What the kernel could not report back as given is refused, naming
+    /// the field and the form to write instead.
+    #[test]
+    fn non_canonical_values_are_refused() {
+        let field = |r: Result<(), ValidationError>| match r {
+            Err(ValidationError::NotCanonical { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let scoped: std::net::SocketAddr = "[fe80::1%2]:80".parse().unwrap();
+        assert_eq!(field(ServiceKey::tcp(scoped).validate()), "service address");
+        let flow = std::net::SocketAddrV6::new("2001:db8::1".parse().unwrap(), 80, 7, 0);
+        assert_eq!(
+            field(RealServer::new(flow.into()).validate()),
+            "real server address"
+        );
+        let rr = vs("10.0.0.1:80").with_scheduler(Scheduler::Other("rr".into()));
+        assert_eq!(field(rr.validate()), "scheduler");
+        let mut hashed = vs("10.0.0.1:80");
+        hashed.flags = ServiceFlags::from_bits_retain(ServiceFlags::KERNEL_HASHED);
+        assert_eq!(field(hashed.validate()), "flags");
+        let udp = ServiceKey::Addr {
+            protocol: Protocol::Other(17),
+            addr: "10.0.0.1:53".parse().unwrap(),
+        };
+        assert_eq!(field(udp.validate()), "protocol");
+        // The canonical forms pass.
+        assert_eq!(
+            vs("10.0.0.1:80")
+                .with_scheduler(Scheduler::RoundRobin)
+                .validate(),
+            Ok(())
+        );
+        assert_eq!(
+            ServiceKey::tcp("[fe80::1]:80".parse().unwrap()).validate(),
+            Ok(())
+        );
+        let err = rr.validate().unwrap_err().to_string();
+        assert!(
+            err.starts_with("scheduler: Other(\"rr\") would come back"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn defaults_are_valid() {
         assert_eq!(vs("10.0.0.1:80").validate(), Ok(()));
