@@ -299,7 +299,11 @@ pub fn service_name(vs: &VirtualServer, f: &Format, n: &dyn Namer) -> String {
     match vs.key {
         ServiceKey::FwMark { mark, family } => {
             // ipvsadm prints the mark with %d.
-            let mark = mark as i32;
+            let mark = if f.unsigned_marks {
+                i64::from(mark)
+            } else {
+                i64::from(mark as i32)
+            };
             match (f.rule, family) {
                 (true, AddressFamily::Inet6) => format!("-f {mark} -6"),
                 (true, AddressFamily::Inet) => format!("-f {mark}"),

@@ -141,11 +141,13 @@ pub fn desired_state(d: &Desired) -> Result<DesiredState, Box<DesiredError>> {
 
 /// An operation as an ipvsadm command line (numeric), for `--dry-run` and
 /// error messages. Unlike `-S` lines, real-server lines carry their
-/// thresholds.
+/// thresholds, and firewall marks above `i32::MAX` are written unsigned, so
+/// that the line parses again.
 pub fn op_line(op: &Op) -> String {
     let f = Format {
         numeric: true,
         rule: true,
+        unsigned_marks: true,
         ..Format::default()
     };
     let mut out = String::new();

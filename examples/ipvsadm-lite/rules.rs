@@ -54,6 +54,11 @@ pub struct Format {
     pub tun_info: bool,
     /// `-S`: rule format.
     pub rule: bool,
+    /// Firewall marks above `i32::MAX` printed unsigned. ipvsadm prints
+    /// marks with `%d`, and its own `-R` refuses the negative number that
+    /// gives; lines this tool writes to be read back (the `--dry-run` plan)
+    /// set this.
+    pub unsigned_marks: bool,
 }
 
 /// What `-L` lists.
