@@ -240,45 +240,29 @@ fn read_all(ipvs: &Handle) -> Result<Vec<Entry>, Error> {
     };
     let chunk = services.len().div_ceil(threads).max(1);
     let mut entries: Vec<Entry> = Vec::with_capacity(services.len());
+    let read_part =
+        |h: &Handle, part: &[ipvsctl::model::ServiceSnapshot]| -> Result<Vec<Entry>, Error> {
+            part.iter()
+                .map(|s| {
+                    Ok(Entry {
+                        dests: dests_or_empty(h, &s.service.key)?,
+                        service: s.clone(),
+                    })
+                })
+                .collect()
+        };
+    let mut parts = services.chunks(chunk);
+    let first = parts.next().unwrap_or(&[]);
     let results: Vec<Result<Vec<Entry>, Error>> = std::thread::scope(|scope| {
-        let mut workers = Vec::new();
-        for (i, part) in services.chunks(chunk).enumerate() {
-            let work = move |h: &Handle| -> Result<Vec<Entry>, Error> {
-                part.iter()
-                    .map(|s| {
-                        Ok(Entry {
-                            dests: dests_or_empty(h, &s.service.key)?,
-                            service: s.clone(),
-                        })
-                    })
-                    .collect()
-            };
-            if i == 0 {
-                workers.push(None);
-                continue;
-            }
-            let netns = ipvs.netns().clone();
-            workers.push(Some(scope.spawn(move || {
-                let h = Handle::open(&netns)?;
-                work(&h)
-            })));
-        }
-        let first = services
-            .chunks(chunk)
-            .next()
+        // The first part on this handle, the others on sockets of their own.
+        let workers: Vec<_> = parts
             .map(|part| {
-                part.iter()
-                    .map(|s| {
-                        Ok(Entry {
-                            dests: dests_or_empty(ipvs, &s.service.key)?,
-                            service: s.clone(),
-                        })
-                    })
-                    .collect()
+                let netns = ipvs.netns().clone();
+                scope.spawn(move || read_part(&Handle::open(&netns)?, part))
             })
-            .unwrap_or_else(|| Ok(Vec::new()));
-        let mut all = vec![first];
-        for w in workers.into_iter().flatten() {
+            .collect();
+        let mut all = vec![read_part(ipvs, first)];
+        for w in workers {
             all.push(w.join().unwrap_or_else(|_| {
                 Err(Error::Lost {
                     op: "list real servers (worker thread panicked)".into(),
