@@ -255,6 +255,75 @@ fn missing_service_is_not_an_empty_list() {
     assert_eq!(h.list_destinations(&key).unwrap(), vec![]);
 }
 
+/// The real servers of `key` dumped through a raw exchange on `sock`:
+/// (real servers, datagrams, outcome).
+fn raw_dest_dump(
+    sock: &mut ipvsctl::netlink::GenlSocket,
+    family: u16,
+    seq: &mut u32,
+    key: &ServiceKey,
+) -> (Vec<IpvsMessage>, usize, bool) {
+    let mut out = None;
+    ipvsctl::netlink::Exchange::new(sock, family, seq)
+        .run(
+            [(
+                request::dump_dests(key).unwrap(),
+                ipvsctl::netlink::Kind::Dump,
+                (),
+            )],
+            |_, (), r| out = Some((r.data, r.datagrams, r.result.is_ok())),
+        )
+        .unwrap();
+    out.unwrap()
+}
+
+#[test]
+fn page_sized_dumps_and_a_cut_datagram_healed() {
+    use ipvsctl::netlink::{DumpSize, GenlSocket};
+    let (ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.4.1:80"));
+    h.add_service(&VirtualServer::new(key)).unwrap();
+    // About 12 KiB of real servers: several pages, one large datagram.
+    for i in 0..60u8 {
+        let rs = RealServer::new(SocketAddr::from(([10, 244, 4, i + 1], 8080)));
+        h.add_destination(&key, &rs).unwrap();
+    }
+    let netns = ipvsctl::NetNs::path(ns.path());
+    let mut seq = 100;
+
+    let mut large = GenlSocket::open_with(&netns, DumpSize::Large).unwrap();
+    // A fresh socket has received nothing yet, so the kernel builds the first
+    // datagram of its first dump at page size; from then on they are large.
+    let (first, _, ok) = raw_dest_dump(&mut large, h.family_id(), &mut seq, &key);
+    assert!(ok);
+    let (whole, datagrams, ok) = raw_dest_dump(&mut large, h.family_id(), &mut seq, &key);
+    assert_eq!(first, whole);
+    assert!(ok);
+    assert_eq!((whole.len(), datagrams), (60, 1));
+
+    let mut page = GenlSocket::open_with(&netns, DumpSize::Page).unwrap();
+    let (paged, datagrams, ok) = raw_dest_dump(&mut page, h.family_id(), &mut seq, &key);
+    assert!(ok);
+    assert!(
+        datagrams >= 3,
+        "page-sized dump came in {datagrams} datagrams"
+    );
+    assert_eq!(paged, whole);
+
+    // The kernel keeps the large size for `large`: asking for page-sized
+    // datagrams now cuts the first one off. The dump is asked again, whole.
+    large.set_dump_size(DumpSize::Page);
+    let (healed, datagrams, ok) = raw_dest_dump(&mut large, h.family_id(), &mut seq, &key);
+    assert!(ok);
+    assert_eq!((healed.len(), datagrams), (60, 1));
+    assert_eq!(healed, whole);
+    // Nothing stale is left on the socket: the next request is answered.
+    let (again, _, ok) = raw_dest_dump(&mut large, h.family_id(), &mut seq, &key);
+    assert!(ok);
+    assert_eq!(again, whole);
+    assert_eq!(h.list_destinations(&key).unwrap().len(), 60);
+}
+
 #[test]
 fn errno_table_maps_to_typed_errors() {
     let (_ns, h) = setup();

@@ -217,6 +217,13 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
+/// The header of the first message of `buf`, even when the rest of the
+/// datagram was cut off (a receive buffer too small for it): enough to tell
+/// whose answer was lost.
+pub fn first_header(buf: &[u8]) -> Result<FrameHeader, DecodeError> {
+    parse_header(buf)
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
 }

@@ -1,4 +1,6 @@
-//! The handle: every IPVS operation over one generic-netlink socket.
+//! The handle: every IPVS operation over one generic-netlink socket (and a
+//! second one, opened on first use, for dumps of the whole service table:
+//! see [`DumpSize`] for why one socket cannot serve both kinds of dump well).
 //!
 //! A [`Handle`] resolves the `IPVS` family once when it opens (and refuses to
 //! open, with a diagnosis, when IPVS is unavailable, so no request is ever sent
@@ -28,14 +30,26 @@ pub use error::{Error, Result};
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::NetNs;
-use crate::netlink::{Exchange, GenlSocket, Kind, Reply};
+use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
 
 /// A connection to the kernel's IPVS in one network namespace.
 #[derive(Debug)]
 pub struct Handle {
+    /// Every request but the table-wide service dump ([`DumpSize::Page`]).
     inner: Mutex<Inner>,
+    /// Table-wide service dumps ([`DumpSize::Large`]), opened on first use.
+    tables: Mutex<Option<Inner>>,
     family: u16,
     netns: NetNs,
+}
+
+/// Which of the handle's sockets a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// The socket of every request.
+    Main,
+    /// The socket of table-wide service dumps.
+    Tables,
 }
 
 #[derive(Debug)]
@@ -76,7 +90,8 @@ impl Handle {
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn open(netns: &NetNs) -> Result<Self> {
-        let mut sock = GenlSocket::open(netns).map_err(|e| Error::io("open netlink socket", e))?;
+        let mut sock = GenlSocket::open_with(netns, DumpSize::Page)
+            .map_err(|e| Error::io("open netlink socket", e))?;
         let family = sock
             .resolve_family(consts::FAMILY_NAME, 1)
             .map_err(|e| Error::io("resolve the IPVS generic-netlink family", e))?;
@@ -90,6 +105,7 @@ impl Handle {
         };
         Ok(Handle {
             inner: Mutex::new(Inner { sock, seq: 1 }),
+            tables: Mutex::new(None),
             family: family.id,
             netns: netns.clone(),
         })
@@ -153,6 +169,22 @@ impl Handle {
     pub(crate) fn run_decoded<I, D, Dec, F>(
         &self,
         requests: I,
+        decode: Dec,
+        on_reply: F,
+    ) -> Result<()>
+    where
+        I: IntoIterator<Item = Request>,
+        Dec: FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+        F: FnMut(usize, Result<Answer<D>>),
+    {
+        self.exchange(&mut self.lock(), requests, decode, on_reply)
+    }
+
+    /// Runs requests through the socket `inner` (see [`Handle::run_decoded`]).
+    fn exchange<I, D, Dec, F>(
+        &self,
+        inner: &mut Inner,
+        requests: I,
         mut decode: Dec,
         mut on_reply: F,
     ) -> Result<()>
@@ -161,8 +193,7 @@ impl Handle {
         Dec: FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
         F: FnMut(usize, Result<Answer<D>>),
     {
-        let mut inner = self.lock();
-        let Inner { sock, seq } = &mut *inner;
+        let Inner { sock, seq } = inner;
         let reqs = requests.into_iter().map(|r| {
             let ctx = Context {
                 index: r.index,
@@ -207,19 +238,44 @@ impl Handle {
         msg: IpvsMessage,
         kind: Kind,
         target: Target,
+        decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
+    ) -> Result<Answer<D>> {
+        self.call_via(Via::Main, msg, kind, target, decode)
+    }
+
+    /// [`Handle::call_decoded`] on a chosen socket.
+    pub(crate) fn call_via<D>(
+        &self,
+        via: Via,
+        msg: IpvsMessage,
+        kind: Kind,
+        target: Target,
         mut decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
     ) -> Result<Answer<D>> {
         let mut out = None;
-        self.run_decoded(
-            [Request {
-                index: 0,
-                msg,
-                kind,
-                target,
-            }],
-            |_, body| decode(body),
-            |_, r| out = Some(r),
-        )?;
+        let request = [Request {
+            index: 0,
+            msg,
+            kind,
+            target,
+        }];
+        let decode = |_, body: &[u8]| decode(body);
+        let on_reply = |_, r| out = Some(r);
+        match via {
+            Via::Main => self.exchange(&mut self.lock(), request, decode, on_reply)?,
+            Via::Tables => {
+                let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+                let inner = match &mut *tables {
+                    Some(inner) => inner,
+                    slot => {
+                        let sock = GenlSocket::open_with(&self.netns, DumpSize::Large)
+                            .map_err(|e| Error::io("open netlink socket", e))?;
+                        slot.insert(Inner { sock, seq: 1 })
+                    }
+                };
+                self.exchange(inner, request, decode, on_reply)?
+            }
+        }
         out.unwrap_or_else(|| {
             Err(Error::Lost {
                 op: "request".into(),
@@ -284,5 +340,9 @@ fn reply_result<D>(ctx: &Context, reply: Reply<D>) -> Result<Answer<D>> {
         Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), &ctx.target, e)),
         Err(Failure::Decode(source)) => Err(Error::Decode { op: op(), source }),
         Err(Failure::Lost) => Err(Error::Lost { op: op() }),
+        Err(Failure::Truncated) => Err(Error::io(
+            op(),
+            std::io::Error::other("the answer was larger than the receive buffer and was cut off"),
+        )),
     }
 }

@@ -1,6 +1,6 @@
 //! Virtual-server operations.
 
-use super::{Error, Handle, Result, Target};
+use super::{Error, Handle, Result, Target, Via};
 use crate::codec::{reply, request};
 use crate::model::{ServiceKey, ServiceSnapshot, VirtualServer};
 use crate::netlink::Kind;
@@ -89,7 +89,8 @@ impl Handle {
 
     fn dump_services(&self) -> Result<(Vec<ServiceSnapshot>, usize)> {
         // Each message is decoded as it arrives, straight into a snapshot.
-        let answer = self.call_decoded(
+        let answer = self.call_via(
+            Via::Tables,
             request::dump_services(),
             Kind::Dump,
             Target::Global,

@@ -230,7 +230,9 @@ fn probe_scheduler_here(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
             errnos[i] = match reply.result {
                 Ok(()) => 0,
                 Err(Failure::Kernel(e)) => e.errno(),
-                Err(Failure::Decode(_) | Failure::Lost) => Errno::IO.raw_os_error(),
+                Err(Failure::Decode(_) | Failure::Lost | Failure::Truncated) => {
+                    Errno::IO.raw_os_error()
+                }
             };
         })
         .map_err(|source| KmodError::Netlink {

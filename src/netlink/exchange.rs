@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::io;
 
-use super::socket::GenlSocket;
+use super::socket::{Datagram, GenlSocket};
 use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NlError};
 use crate::codec::{DecodeError, IpvsMessage};
 
@@ -37,6 +37,9 @@ pub enum Failure {
     /// The kernel's answer was dropped (receive buffer overrun): whether the
     /// request took effect is unknown.
     Lost,
+    /// An answer came in a datagram larger than the socket's receive length
+    /// and was cut off. A dump is asked again once before this is reported.
+    Truncated,
 }
 
 /// The answer to one request, its data messages decoded into `D`
@@ -64,7 +67,25 @@ struct Pending<T, D> {
     /// request, to count datagrams.
     last_datagram: usize,
     decode_error: Option<DecodeError>,
+    /// A datagram of this answer was cut off: its data is incomplete.
+    truncated: bool,
     done: Option<Result<(), Failure>>,
+}
+
+impl<T, D> Pending<T, D> {
+    fn new(index: usize, tag: T, kind: Kind) -> Self {
+        Pending {
+            index,
+            tag,
+            kind,
+            data: Vec::new(),
+            datagrams: 0,
+            last_datagram: 0,
+            decode_error: None,
+            truncated: false,
+            done: None,
+        }
+    }
 }
 
 /// Runs requests through a socket: chunking, sending, matching replies.
@@ -126,6 +147,8 @@ impl<'a> Exchange<'a> {
             buf.clear();
             let mut pending: VecDeque<Pending<T, D>> = VecDeque::new();
             let first_seq = self.seq.wrapping_add(1);
+            // Where the chunk's dump request starts in `buf`, to ask again.
+            let mut dump_at = None;
             while let Some((index, (msg, kind, tag))) = carry.take().or_else(|| iter.next()) {
                 let before = buf.len();
                 let seq = self.seq.wrapping_add(1);
@@ -142,17 +165,12 @@ impl<'a> Exchange<'a> {
                     break;
                 }
                 *self.seq = seq;
-                pending.push_back(Pending {
-                    index,
-                    tag,
-                    kind,
-                    data: Vec::new(),
-                    datagrams: 0,
-                    last_datagram: 0,
-                    decode_error: None,
-                    done: None,
-                });
-                if kind == Kind::Dump || pending.len() >= max_batch {
+                pending.push_back(Pending::new(index, tag, kind));
+                if kind == Kind::Dump {
+                    dump_at = Some(before);
+                    break;
+                }
+                if pending.len() >= max_batch {
                     break;
                 }
             }
@@ -161,12 +179,16 @@ impl<'a> Exchange<'a> {
             }
             self.sock.send(&buf)?;
             self.collect(first_seq, &mut pending, &mut decode)?;
+            if let Some(at) = dump_at {
+                self.redo_truncated_dump(&buf[at..], &mut pending, &mut decode)?;
+            }
             for p in pending {
-                let result = match (p.done, p.decode_error) {
-                    (Some(Err(f)), _) => Err(f),
-                    (_, Some(e)) => Err(Failure::Decode(e)),
-                    (Some(Ok(())), None) => Ok(()),
-                    (None, None) => Err(Failure::Lost),
+                let result = match (p.done, p.decode_error, p.truncated) {
+                    (_, _, true) => Err(Failure::Truncated),
+                    (Some(Err(f)), _, _) => Err(f),
+                    (_, Some(e), _) => Err(Failure::Decode(e)),
+                    (Some(Ok(())), None, _) => Ok(()),
+                    (None, None, _) => Err(Failure::Lost),
                 };
                 on_reply(
                     p.index,
@@ -181,6 +203,33 @@ impl<'a> Exchange<'a> {
         }
     }
 
+    /// Asks again for a dump (the last request of a chunk, encoded in
+    /// `request`) whose answer was cut off: the socket now takes whole
+    /// datagrams, and a dump only reads, so asking twice is safe.
+    fn redo_truncated_dump<T, D>(
+        &mut self,
+        request: &[u8],
+        pending: &mut VecDeque<Pending<T, D>>,
+        decode: &mut impl FnMut(&T, &[u8]) -> Result<D, DecodeError>,
+    ) -> io::Result<()> {
+        let Some(last) = pending.pop_back() else {
+            return Ok(());
+        };
+        if !(last.kind == Kind::Dump && last.truncated) || request.len() < 12 {
+            pending.push_back(last);
+            return Ok(());
+        }
+        let seq = self.seq.wrapping_add(1);
+        *self.seq = seq;
+        let mut again = request.to_vec();
+        again[8..12].copy_from_slice(&seq.to_ne_bytes());
+        let mut one = VecDeque::from([Pending::new(last.index, last.tag, last.kind)]);
+        self.sock.send(&again)?;
+        self.collect(seq, &mut one, decode)?;
+        pending.extend(one);
+        Ok(())
+    }
+
     /// Receives until every pending request of a chunk is answered.
     fn collect<T, D>(
         &mut self,
@@ -189,19 +238,33 @@ impl<'a> Exchange<'a> {
         decode: &mut impl FnMut(&T, &[u8]) -> Result<D, DecodeError>,
     ) -> io::Result<()> {
         let mut open = pending.len();
-        let mut overrun = false;
+        let mut draining = false;
         let mut received = 0usize;
         let port = self.sock.port();
         while open > 0 {
-            let datagram = match self.recv(overrun) {
-                Ok(Some(d)) => d,
-                Ok(None) => break, // overrun and the queue is drained
+            let datagram = match self.recv(draining) {
+                Ok(Some(Datagram::Whole(d))) => d,
+                Ok(Some(Datagram::Truncated { head, .. })) => {
+                    // Its messages are gone; its first header says whose they
+                    // were. Everything else still to come is already queued
+                    // (answers to "do" requests before `send` returned, a
+                    // dump's next datagram by the receive that got this one),
+                    // so drain without blocking from here on.
+                    if let Ok(h) = frame::first_header(head)
+                        && let Some(p) = pending.get_mut(h.seq.wrapping_sub(first_seq) as usize)
+                    {
+                        p.truncated = true;
+                    }
+                    draining = true;
+                    continue;
+                }
+                Ok(None) => break, // draining, and the queue is empty
                 Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
                     // The kernel dropped answers. Everything it had to say for
                     // "do" requests is already queued (it answers them before
                     // send returns): drain without blocking, and whatever stays
                     // unanswered is reported as lost.
-                    overrun = true;
+                    draining = true;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -225,7 +288,7 @@ impl<'a> Exchange<'a> {
                             p.last_datagram = received;
                             p.datagrams += 1;
                         }
-                        if p.decode_error.is_none() {
+                        if p.decode_error.is_none() && !p.truncated {
                             match decode(&p.tag, body) {
                                 Ok(m) => p.data.push(m),
                                 Err(e) => p.decode_error = Some(e),
@@ -252,11 +315,11 @@ impl<'a> Exchange<'a> {
         Ok(())
     }
 
-    fn recv(&mut self, nonblocking: bool) -> io::Result<Option<&[u8]>> {
+    fn recv(&mut self, nonblocking: bool) -> io::Result<Option<Datagram<'_>>> {
         if !nonblocking {
-            return self.sock.recv().map(Some);
+            return self.sock.recv_datagram(0).map(Some);
         }
-        match self.sock.recv_with_flags(MSG_DONTWAIT) {
+        match self.sock.recv_datagram(MSG_DONTWAIT) {
             Ok(d) => Ok(Some(d)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),

@@ -7,4 +7,4 @@ pub mod netns;
 mod socket;
 
 pub use exchange::{Exchange, Failure, Kind, Reply};
-pub use socket::GenlSocket;
+pub use socket::{Datagram, DumpSize, GenlSocket};
