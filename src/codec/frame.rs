@@ -217,6 +217,14 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
+/// Overwrites the flags of the message that starts `buf` (one written by
+/// [`encode_request`] or alike); shorter input is left alone.
+pub fn set_flags(buf: &mut [u8], flags: u16) {
+    if let Some(f) = buf.get_mut(6..8) {
+        f.copy_from_slice(&flags.to_ne_bytes());
+    }
+}
+
 /// The header of the first message of `buf`, even when the rest of the
 /// datagram was cut off (a receive buffer too small for it): enough to tell
 /// whose answer was lost.
