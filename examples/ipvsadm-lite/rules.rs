@@ -228,7 +228,7 @@ pub fn parse_with(
     program: &str,
     resolver: &dyn Resolver,
 ) -> Result<Vec<Rule>, ParseError> {
-    let mut rules = Vec::new();
+    let mut rules = Vec::with_capacity(text.bytes().filter(|&b| b == b'\n').count() + 1);
     for (i, line) in text.split('\n').enumerate() {
         let words = line_words(line);
         if words.is_empty() {
@@ -253,7 +253,7 @@ pub fn parse_with(
 
 /// The words of one rule-file line.
 fn line_words(line: &str) -> Vec<&str> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(12);
     for w in line.split([' ', '\t', '\r']) {
         if w.is_empty() || w == "ipvsadm" {
             continue;
@@ -562,7 +562,7 @@ enum Item<'a> {
 /// Splits words into options the way popt does: the items up to the first
 /// problem, and the problem (with popt's message), if any.
 fn tokenize<'a>(words: &[&'a str]) -> (Vec<Item<'a>>, Option<CliError>) {
-    let mut items = Vec::new();
+    let mut items = Vec::with_capacity(words.len());
     let error = tokenize_into(words, &mut items).err();
     (items, error)
 }
@@ -1418,6 +1418,11 @@ fn atoi(s: &str) -> i64 {
 /// (leading 0) or hexadecimal (0x); the last part fills the remaining bytes.
 /// Trailing whitespace and anything after it is ignored, as glibc does.
 pub fn inet_aton(s: &str) -> Option<Ipv4Addr> {
+    // The common case first: four decimal parts without leading zeros are
+    // exactly what Rust's parser takes, and mean the same to inet_aton.
+    if let Ok(a) = s.parse::<Ipv4Addr>() {
+        return Some(a);
+    }
     let s = match s.find([' ', '\t', '\n', '\r', '\x0b', '\x0c']) {
         Some(i) => &s[..i],
         None => s,
@@ -1492,7 +1497,13 @@ pub fn parse_service(s: &str, protocol: Protocol, resolver: &dyn Resolver) -> Op
         port = Some(after.strip_prefix(':')?);
         host = h;
     }
-    let addr = if let Ok(v6) = host.parse::<Ipv6Addr>() {
+    // IPv6 text has at least two colons ("::"): skip the attempt otherwise.
+    let v6 = if host.bytes().filter(|&b| b == b':').count() >= 2 {
+        host.parse::<Ipv6Addr>().ok()
+    } else {
+        None
+    };
+    let addr = if let Some(v6) = v6 {
         IpAddr::V6(v6)
     } else {
         // Not IPv6: the port is whatever follows the last colon of the host
