@@ -127,15 +127,12 @@ fn run(
             out,
         ),
         Command::Save(f) => {
-            let mut entries = read_all(&ipvs).map_err(|e| read_failure(KOp::GetServices, &e))?;
+            let namer = if f.numeric { &Numeric } else { namer };
+            let parts =
+                read_formatted(&ipvs, &f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
             let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
-            format::list_all(
-                out,
-                &info,
-                &mut entries,
-                &f,
-                if f.numeric { &Numeric } else { namer },
-            );
+            format::list_head(out, &info, &f);
+            parts.iter().for_each(|p| out.push_str(p));
             Ok(())
         }
         Command::Restore(opts) => restore_from_stdin(program, &ipvs, opts, services, out),
@@ -184,8 +181,10 @@ fn list(
     match what {
         ListWhat::All => {
             let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
-            let mut entries = read_all(ipvs).map_err(|e| read_failure(KOp::GetServices, &e))?;
-            format::list_all(out, &info, &mut entries, f, namer);
+            let parts =
+                read_formatted(ipvs, f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
+            format::list_head(out, &info, f);
+            parts.iter().for_each(|p| out.push_str(p));
             Ok(())
         }
         ListWhat::Service(key) => {
@@ -228,32 +227,43 @@ fn dests_or_empty(
     }
 }
 
-/// Every service with its destinations: one service dump, then the
-/// destination dumps spread over a few sockets in threads (each dump is a
-/// round trip; the kernel runs one dump per socket at a time).
-fn read_all(ipvs: &Handle) -> Result<Vec<Entry>, Error> {
-    let services = ipvs.list_services()?;
-    let threads = if services.len() < 256 {
+/// The whole table's services with their real servers, formatted as `f`
+/// asks, in listing order: one service dump, the services sorted, then each
+/// service's real servers dumped and its lines formatted at once, the
+/// services spread over a few sockets in threads (each dump is a round
+/// trip and the kernel runs one dump per socket at a time; one thread
+/// formats while another waits for the kernel). One text per thread, in
+/// order.
+fn read_formatted(ipvs: &Handle, f: &Format, namer: &dyn Namer) -> Result<Vec<String>, Error> {
+    let mut entries: Vec<Entry> = ipvs
+        .list_services()?
+        .into_iter()
+        .map(|service| Entry {
+            service,
+            dests: Vec::new(),
+        })
+        .collect();
+    if !f.nosort {
+        format::sort_services(&mut entries);
+    }
+    let threads = if entries.len() < 256 {
         1
     } else {
         read_sockets()
     };
-    let chunk = services.len().div_ceil(threads).max(1);
-    let mut entries: Vec<Entry> = Vec::with_capacity(services.len());
-    let read_part =
-        |h: &Handle, part: &[ipvsctl::model::ServiceSnapshot]| -> Result<Vec<Entry>, Error> {
-            part.iter()
-                .map(|s| {
-                    Ok(Entry {
-                        dests: dests_or_empty(h, &s.service.key)?,
-                        service: s.clone(),
-                    })
-                })
-                .collect()
-        };
-    let mut parts = services.chunks(chunk);
-    let first = parts.next().unwrap_or(&[]);
-    let results: Vec<Result<Vec<Entry>, Error>> = std::thread::scope(|scope| {
+    let chunk = entries.len().div_ceil(threads).max(1);
+    let read_part = |h: &Handle, part: &mut [Entry]| -> Result<String, Error> {
+        let mut text = String::with_capacity(part.len() * 512);
+        for e in part {
+            e.dests = dests_or_empty(h, &e.service.service.key)?;
+            format::service_entry(&mut text, e, f, namer);
+            e.dests = Vec::new();
+        }
+        Ok(text)
+    };
+    let mut parts = entries.chunks_mut(chunk);
+    let first = parts.next().unwrap_or(&mut []);
+    let results: Vec<Result<String, Error>> = std::thread::scope(|scope| {
         // The first part on this handle, the others on sockets of their own.
         let workers: Vec<_> = parts
             .map(|part| {
@@ -271,10 +281,7 @@ fn read_all(ipvs: &Handle) -> Result<Vec<Entry>, Error> {
         }
         all
     });
-    for r in results {
-        entries.extend(r?);
-    }
-    Ok(entries)
+    results.into_iter().collect()
 }
 
 // --- -R ------------------------------------------------------------------------------
