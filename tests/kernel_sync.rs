@@ -421,6 +421,48 @@ fn partial_failure_applies_the_rest_and_converges() {
     assert_converged(&h, &foreign, &table_of(&fixed));
 }
 
+/// More requests than one datagram carries: the syncer pipelines encoding,
+/// sending and reporting in threads, and ACKs only each datagram's last
+/// request. Every operation is still accounted for, failures included, in
+/// every datagram.
+#[test]
+fn pipelined_datagrams_account_for_every_operation() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let good = cluster(800, 4, 1);
+    let bad = |i: u8| ServiceKey::tcp(sa(&format!("10.97.0.{i}:443")));
+    let bad_rs: Vec<RealServer> = (1..=3)
+        .map(|j| RealServer::new(sa(&format!("10.245.0.{j}:443"))))
+        .collect();
+    let mut desired = DesiredState::new();
+    for (i, ds) in good.services().iter().enumerate() {
+        if i == 10 || i == 790 {
+            let vs = VirtualServer::new(bad(i as u8))
+                .with_scheduler(Scheduler::from_name("nosuchsched"));
+            desired.insert(vs, bad_rs.iter().copied()).unwrap();
+        }
+        desired
+            .insert(ds.service().clone(), ds.destinations().iter().copied())
+            .unwrap();
+    }
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    // 4,008 requests: two datagrams at most 2,730 each (8 MiB receive buffer).
+    assert_eq!(r.writes_sent, 802 + 800 * 4 + 2 * 3);
+    assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
+    assert_eq!(r.failed.len(), 2 * 4);
+    assert_eq!(r.services.added, 800);
+    assert_eq!(r.destinations.added, 3200);
+    assert_converged(&h, &foreign, &table_of(&good));
+    // Everything again from scratch in one pass: the same, exactly.
+    h.flush().unwrap();
+    let mut fresh = Syncer::new(&h);
+    let r = fresh.sync(&good, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 800 + 3200);
+    assert_eq!(dump(&h), table_of(&good));
+}
+
 #[test]
 fn drift_is_repaired() {
     let (ns, h) = setup();

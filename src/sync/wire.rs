@@ -22,6 +22,7 @@
 //! from `codec::request::write_*`, the same code the request builders use.
 
 use std::io;
+use std::sync::mpsc;
 
 use crate::codec::IpvsCmd;
 use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
@@ -128,13 +129,71 @@ pub(crate) struct Writer {
     family: u16,
     seq: u32,
     buf: Vec<u8>,
-    answers: Vec<Option<Result<(), NlError>>>,
 }
+
+/// One datagram of encoded requests: `ops[first..first + count]`, numbered
+/// from `first_seq`.
+struct Chunk {
+    bytes: Vec<u8>,
+    first: usize,
+    count: usize,
+    first_seq: u32,
+}
+
+/// The answers to a chunk's requests, in order: `None` is unknown.
+type Answers = Vec<Option<Result<(), NlError>>>;
 
 /// `MSG_DONTWAIT`.
 const MSG_DONTWAIT: i32 = 0x40;
 /// `ENOBUFS`.
 const ENOBUFS: i32 = 105;
+
+impl Chunk {
+    /// Encodes `ops[first..]` into `bytes` (emptied first), as many as
+    /// `max_batch` and `max_send` allow but at least one; the last asks for an
+    /// ACK (see the module docs). `max_batch` bounds the datagram so that even
+    /// an error for every request fits the receive buffer.
+    fn fill(bytes: Vec<u8>, ops: &[Op], first: usize, first_seq: u32, limits: Limits) -> Chunk {
+        let mut chunk = Chunk {
+            bytes,
+            first,
+            count: 0,
+            first_seq,
+        };
+        chunk.bytes.clear();
+        let mut last_at = 0;
+        while let Some(op) = ops.get(first + chunk.count) {
+            if chunk.count == limits.max_batch {
+                break;
+            }
+            let before = chunk.bytes.len();
+            let seq = first_seq.wrapping_add(chunk.count as u32);
+            encode(&mut chunk.bytes, op, limits.family, seq, false);
+            if chunk.bytes.len() > limits.max_send && chunk.count > 0 {
+                chunk.bytes.truncate(before);
+                break;
+            }
+            last_at = before;
+            chunk.count += 1;
+        }
+        frame::set_flags(&mut chunk.bytes[last_at..], NLM_F_REQUEST | NLM_F_ACK);
+        chunk
+    }
+
+    /// The sequence number of the chunk's last request.
+    fn last_seq(&self) -> u32 {
+        self.first_seq
+            .wrapping_add((self.count as u32).saturating_sub(1))
+    }
+}
+
+/// How requests are packed into datagrams.
+#[derive(Clone, Copy)]
+struct Limits {
+    family: u16,
+    max_batch: usize,
+    max_send: usize,
+}
 
 impl Writer {
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
@@ -143,7 +202,6 @@ impl Writer {
             family: handle.family_id(),
             seq: 0,
             buf: Vec::with_capacity(64 << 10),
-            answers: Vec::new(),
         })
     }
 
@@ -152,116 +210,161 @@ impl Writer {
     /// exactly once per operation, in order. Returns the number of requests
     /// sent; `Err` when the socket itself failed (operations not reported by
     /// then have unknown outcomes).
+    ///
+    /// More than one datagram's worth runs as a pipeline of three threads:
+    /// one encodes the next datagram while another waits in `send` for the
+    /// kernel (which does its work inside that call) and this one reports
+    /// the answers of the previous datagram (the caller's bookkeeping), so the
+    /// library's own work hides behind the kernel's.
     pub(crate) fn send(
         &mut self,
         ops: &[Op],
         one_by_one: bool,
         mut on_result: impl FnMut(usize, Result<(), Error>),
     ) -> io::Result<usize> {
-        let max_batch = if one_by_one { 1 } else { self.sock.max_batch() };
-        let max_send = self.sock.max_send();
-        let mut next = 0;
-        while next < ops.len() {
-            self.buf.clear();
-            let first = next;
-            let first_seq = self.seq.wrapping_add(1);
-            let mut last_at = 0;
-            while next < ops.len() && next - first < max_batch {
-                let before = self.buf.len();
-                encode(
-                    &mut self.buf,
-                    &ops[next],
-                    self.family,
-                    self.seq.wrapping_add(1),
-                    false,
-                );
-                if self.buf.len() > max_send && next > first {
-                    self.buf.truncate(before);
-                    break;
-                }
-                last_at = before;
-                self.seq = self.seq.wrapping_add(1);
-                next += 1;
+        let limits = Limits {
+            family: self.family,
+            max_batch: if one_by_one { 1 } else { self.sock.max_batch() },
+            max_send: self.sock.max_send(),
+        };
+        let start_seq = self.seq.wrapping_add(1);
+        if one_by_one || ops.len() <= limits.max_batch {
+            let mut next = 0;
+            while next < ops.len() {
+                let bytes = std::mem::take(&mut self.buf);
+                let chunk = Chunk::fill(bytes, ops, next, self.seq.wrapping_add(1), limits);
+                self.seq = chunk.last_seq();
+                let answers = transmit(&mut self.sock, &chunk)?;
+                report(ops, &chunk, answers, &mut on_result);
+                next += chunk.count;
+                self.buf = chunk.bytes;
             }
-            let count = next - first;
-            // The datagram's last request asks for an ACK (see the module
-            // docs); `max_batch` still bounds the datagram so that even an
-            // error for every request fits the receive buffer.
-            frame::set_flags(&mut self.buf[last_at..], NLM_F_REQUEST | NLM_F_ACK);
-            self.sock.send(&self.buf)?;
-            self.answers.clear();
-            self.answers.resize_with(count, || None);
-            self.collect(first_seq, count)?;
-            for (i, answer) in self.answers.drain(..).enumerate() {
-                let index = first + i;
-                let op = &ops[index];
-                let r = match answer {
-                    Some(Ok(())) => Ok(()),
-                    Some(Err(e)) => {
-                        let t = target(op);
-                        Err(Error::from_kernel(describe(cmd(op), &t), &t, e))
-                    }
-                    None => Err(Error::Lost {
-                        op: describe(cmd(op), &target(op)),
-                    }),
-                };
-                on_result(index, r);
-            }
+            return Ok(ops.len());
         }
+        // Every sequence number the pipeline may use is spent, whatever
+        // happens: a late answer can never be taken for a later request's.
+        self.seq = start_seq.wrapping_add(ops.len() as u32 - 1);
+        let sock = &mut self.sock;
+        std::thread::scope(|scope| {
+            let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Chunk>(1);
+            let (answers_tx, answers_rx) = mpsc::sync_channel::<(Chunk, Answers)>(1);
+            scope.spawn(move || {
+                let (mut next, mut seq) = (0, start_seq);
+                while next < ops.len() {
+                    let chunk = Chunk::fill(Vec::with_capacity(64 << 10), ops, next, seq, limits);
+                    next += chunk.count;
+                    seq = chunk.last_seq().wrapping_add(1);
+                    if chunks_tx.send(chunk).is_err() {
+                        return; // the sender stopped on a socket error
+                    }
+                }
+            });
+            let sender = scope.spawn(move || -> io::Result<()> {
+                for chunk in chunks_rx {
+                    let answers = transmit(sock, &chunk)?;
+                    if answers_tx.send((chunk, answers)).is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            });
+            for (chunk, answers) in answers_rx {
+                report(ops, &chunk, answers, &mut on_result);
+            }
+            match sender.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })?;
         Ok(ops.len())
     }
+}
 
-    /// Receives the errors of a datagram's requests until its last request
-    /// is answered, then counts every request without an error as done; after
-    /// an overrun, drains the queue and leaves the unanswered unknown.
-    fn collect(&mut self, first_seq: u32, count: usize) -> io::Result<()> {
-        let mut overrun = false;
-        let port = self.sock.port();
-        let last = count.saturating_sub(1);
-        while self.answers.get(last).is_some_and(Option::is_none) {
-            let datagram = if overrun {
-                match self.sock.recv_with_flags(MSG_DONTWAIT) {
-                    Ok(d) => d,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                match self.sock.recv() {
-                    Ok(d) => d,
-                    Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
-                        // Answers were dropped; the kernel has answered every
-                        // request already (it does so before send returns):
-                        // drain what is queued, the rest is lost.
-                        overrun = true;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            for f in frame::frames(datagram) {
-                let f = f.map_err(io::Error::other)?;
-                if f.header.port != 0 && f.header.port != port {
-                    continue;
-                }
-                let FrameBody::Error(e) = f.body else {
-                    continue;
-                };
-                let slot = f.header.seq.wrapping_sub(first_seq) as usize;
-                let Some(a) = self.answers.get_mut(slot) else {
-                    continue; // a stale answer
-                };
-                if a.is_none() {
-                    *a = Some(if e.is_ack() { Ok(()) } else { Err(e) });
-                }
+/// Sends a chunk and receives its answers.
+fn transmit(sock: &mut GenlSocket, chunk: &Chunk) -> io::Result<Answers> {
+    sock.send(&chunk.bytes)?;
+    let mut answers: Answers = Vec::new();
+    answers.resize_with(chunk.count, || None);
+    collect(sock, chunk.first_seq, &mut answers)?;
+    Ok(answers)
+}
+
+/// Hands each answer of a chunk to `on_result` as the operation's result.
+fn report(
+    ops: &[Op],
+    chunk: &Chunk,
+    answers: Answers,
+    on_result: &mut impl FnMut(usize, Result<(), Error>),
+) {
+    for (i, answer) in answers.into_iter().enumerate() {
+        let index = chunk.first + i;
+        let Some(op) = ops.get(index) else {
+            continue;
+        };
+        let r = match answer {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => {
+                let t = target(op);
+                Err(Error::from_kernel(describe(cmd(op), &t), &t, e))
             }
-        }
-        if !overrun {
-            for a in &mut self.answers {
-                a.get_or_insert(Ok(()));
-            }
-        }
-        Ok(())
+            None => Err(Error::Lost {
+                op: describe(cmd(op), &target(op)),
+            }),
+        };
+        on_result(index, r);
     }
+}
+
+/// Receives the errors of a datagram's requests until its last request is
+/// answered, then counts every request without an error as done; after an
+/// overrun, drains the queue and leaves the unanswered unknown.
+fn collect(sock: &mut GenlSocket, first_seq: u32, answers: &mut Answers) -> io::Result<()> {
+    let mut overrun = false;
+    let port = sock.port();
+    let last = answers.len().saturating_sub(1);
+    while answers.get(last).is_some_and(Option::is_none) {
+        let datagram = if overrun {
+            match sock.recv_with_flags(MSG_DONTWAIT) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        } else {
+            match sock.recv() {
+                Ok(d) => d,
+                Err(e) if e.raw_os_error() == Some(ENOBUFS) => {
+                    // Answers were dropped; the kernel has answered every
+                    // request already (it does so before send returns):
+                    // drain what is queued, the rest is lost.
+                    overrun = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        for f in frame::frames(datagram) {
+            let f = f.map_err(io::Error::other)?;
+            if f.header.port != 0 && f.header.port != port {
+                continue;
+            }
+            let FrameBody::Error(e) = f.body else {
+                continue;
+            };
+            let slot = f.header.seq.wrapping_sub(first_seq) as usize;
+            let Some(a) = answers.get_mut(slot) else {
+                continue; // a stale answer
+            };
+            if a.is_none() {
+                *a = Some(if e.is_ack() { Ok(()) } else { Err(e) });
+            }
+        }
+    }
+    if !overrun {
+        for a in answers.iter_mut() {
+            a.get_or_insert(Ok(()));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
