@@ -20,6 +20,9 @@
 //!     ipvsadm). At sizes above 1,000 it is timed outside criterion, once by
 //!     default (`IPVSCTL_BENCH_IPVSADM_RUNS`), because it takes about a
 //!     minute per run under emulation.
+//! * `paired/*` — `sync_pipelined` and `raw_replay_errors_only` again,
+//!   alternately, `IPVSCTL_BENCH_PAIRS` times (default 11 at N ≤ 1,000,
+//!   else 3); the summary gives the median of the per-pair ratios.
 //! * `resync/*` — the namespace already holds the state:
 //!   - `verify_full` (and `verify_full_2_sockets`): no-op sync that reads
 //!     every service and real server back;
@@ -41,7 +44,8 @@
 //! opens a handle, syncs cold and then resyncs with full verification.
 //!
 //! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
-//! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`.
+//! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
+//! `IPVSCTL_BENCH_PAIRS`.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -384,6 +388,29 @@ fn bench_size(c: &mut Criterion, n: usize) {
     g.bench_function("cold/raw_replay_errors_only", |b| {
         b.iter_custom(|it| cold(&case, it, |ns| raw_replay(ns, &base, false)))
     });
+    // The same two side by side in pairs: the guest's speed drifts over
+    // seconds under emulation, so the median of per-pair ratios is steadier
+    // than a ratio of medians taken a minute apart.
+    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 3 });
+    let mut paired: Vec<f64> = (0..pairs)
+        .map(|_| {
+            let sync = cold(&tag("paired/sync"), 1, |ns| {
+                sync_cold(ns, &base, BatchMode::Pipelined)
+            });
+            let replay = cold(&tag("paired/raw_replay_errors_only"), 1, |ns| {
+                raw_replay(ns, &base, false)
+            });
+            sync.as_secs_f64() / replay.as_secs_f64()
+        })
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    if let (Some(lo), Some(mid), Some(hi)) =
+        (paired.first(), paired.get(paired.len() / 2), paired.last())
+    {
+        note(format!(
+            "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
+        ));
+    }
     let case = tag("cold/sync_one_by_one");
     g.bench_function("cold/sync_one_by_one", |b| {
         b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
@@ -646,6 +673,13 @@ fn summary(sizes: &[usize]) {
             &t("resync/verify_full"),
             &cheapest,
             "(goal <= 1.2)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_full resync / netlink full read (complete)"),
+            &t("resync/verify_full"),
+            &t("read/dumps"),
+            "",
         );
         ratio_line(
             &mut out,
