@@ -765,3 +765,43 @@ proptest! {
         let _ = rules::inet_aton(&s);
     }
 }
+
+#[test]
+fn split_parsing_gives_the_same_rules_and_first_error() {
+    // 4,000 services with two servers each: about 230 KiB, several parts.
+    let mut text = String::new();
+    for i in 0..4000u32 {
+        let svc = format!("-t 10.{}.{}.1:80", i / 250, i % 250);
+        text.push_str(&format!("-A {svc} -s wlc\n"));
+        text.push_str(&format!(
+            "# a comment\n-a {svc} -r 172.16.{}.1:8080 -m -w 1\n",
+            i % 250
+        ));
+        text.push_str(&format!(
+            "\n-a {svc} -r 172.17.{}.1:8080 -g -w 2\n",
+            i % 250
+        ));
+    }
+    let whole = rules::parse_with(&text, "ipvsadm", &rules::NoResolver).unwrap();
+    for threads in [1, 2, 3, 7] {
+        let split = rules::parse_split(&text, "ipvsadm", &rules::NoResolver, threads).unwrap();
+        assert_eq!(split, whole, "{threads} threads");
+    }
+    // Bad lines late in the file and early in a later part: the first one
+    // is reported, with its line number in the whole file.
+    let mut lines: Vec<&str> = text.lines().collect();
+    let (late, later) = (lines.len() * 3 / 4 + 1, lines.len() - 2);
+    lines[late] = "-a -t 10.0.0.1:80 -r 1.2.3.4 -w 99999999999";
+    lines[later] = "-Q";
+    let bad = lines.join("\n");
+    let want = rules::parse_with(&bad, "ipvsadm", &rules::NoResolver).unwrap_err();
+    assert_eq!(want.line, late + 1);
+    for threads in [2, 3, 7] {
+        let got = rules::parse_split(&bad, "ipvsadm", &rules::NoResolver, threads).unwrap_err();
+        assert_eq!(
+            (got.line, &got.error),
+            (want.line, &want.error),
+            "{threads} threads"
+        );
+    }
+}

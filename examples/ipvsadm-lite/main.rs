@@ -300,7 +300,7 @@ fn restore_from_stdin(
             1,
         )
     })?;
-    let rules = rules::parse_with(&text, program, services).map_err(|e| {
+    let rules = rules::parse_split(&text, program, services, read_sockets()).map_err(|e| {
         Failure::new(
             format!("{program}: line {}: {}", e.line, e.error.message),
             2,

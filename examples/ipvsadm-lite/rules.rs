@@ -190,7 +190,7 @@ pub struct Rule {
 
 /// Looks up names that are not numeric (ipvsadm uses the resolver and
 /// `/etc/services`).
-pub trait Resolver {
+pub trait Resolver: Sync {
     /// The IPv4 address of a host name.
     fn host(&self, name: &str) -> Option<Ipv4Addr>;
     /// The port of a service name for a protocol.
@@ -249,6 +249,63 @@ pub fn parse_with(
         });
     }
     Ok(rules)
+}
+
+/// [`parse_with`], the lines split among `threads` threads (110,000 lines
+/// take a second to parse under emulation): the same rules, and the same
+/// first error by line number.
+pub fn parse_split(
+    text: &str,
+    program: &str,
+    resolver: &dyn Resolver,
+    threads: usize,
+) -> Result<Vec<Rule>, ParseError> {
+    if threads <= 1 || text.len() < 64 << 10 {
+        return parse_with(text, program, resolver);
+    }
+    // Parts cut just after a newline, each with the number of lines before it.
+    let mut parts = Vec::with_capacity(threads);
+    let (mut start, mut lines_before) = (0, 0);
+    for k in 1..=threads {
+        let aim = (text.len() * k / threads).max(start);
+        let end = match text.as_bytes().get(aim..) {
+            Some(rest) if k < threads => rest
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(text.len(), |i| aim + i + 1),
+            _ => text.len(),
+        };
+        let part = text.get(start..end).unwrap_or("");
+        parts.push((lines_before, part));
+        lines_before += part.bytes().filter(|&b| b == b'\n').count();
+        start = end;
+    }
+    let results: Vec<Result<Vec<Rule>, ParseError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = parts
+            .into_iter()
+            .map(|(before, part)| {
+                scope.spawn(move || match parse_with(part, program, resolver) {
+                    Ok(mut rules) => {
+                        rules.iter_mut().for_each(|r| r.line += before);
+                        Ok(rules)
+                    }
+                    Err(e) => Err(ParseError {
+                        line: e.line + before,
+                        error: e.error,
+                    }),
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut all = Vec::with_capacity(results.iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum());
+    for r in results {
+        all.extend(r?);
+    }
+    Ok(all)
 }
 
 /// The words of one rule-file line.
