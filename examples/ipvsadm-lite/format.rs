@@ -454,7 +454,13 @@ fn forward_name(f: &ForwardMethod) -> &'static str {
 /// Appends `s` left-aligned in `width` columns, as `{:<width}` does.
 fn push_left(out: &mut String, s: &str, width: usize) {
     out.push_str(s);
-    for _ in s.chars().count()..width {
+    // Columns are characters; counting them is slow, and listings are ASCII.
+    let columns = if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    };
+    for _ in columns..width {
         out.push(' ');
     }
 }
