@@ -361,26 +361,38 @@ fn scopes_never_touch_foreign_services() {
     assert!(dump(&h).is_empty());
 }
 
-#[test]
-fn partial_failure_applies_the_rest_and_converges() {
-    let (ns, h) = setup();
-    let foreign = add_foreign(&ns, &h);
-    let good = cluster(300, 4, 1);
-    let bad_key = ServiceKey::tcp(sa("10.97.0.1:443"));
+/// The `k`-th service [`with_broken_services`] adds.
+fn broken_key(k: usize) -> ServiceKey {
+    ServiceKey::tcp(sa(&format!("10.97.0.{}:443", k + 1)))
+}
+
+/// `good` with a service the kernel refuses (unknown scheduler; three real
+/// servers) inserted before each service at the positions `at`.
+fn with_broken_services(good: &DesiredState, at: &[usize]) -> DesiredState {
     let bad_rs: Vec<RealServer> = (1..=3)
         .map(|j| RealServer::new(sa(&format!("10.245.0.{j}:443"))))
         .collect();
     let mut desired = DesiredState::new();
     for (i, ds) in good.services().iter().enumerate() {
-        if i == 150 {
-            let vs =
-                VirtualServer::new(bad_key).with_scheduler(Scheduler::from_name("nosuchsched"));
+        if let Some(k) = at.iter().position(|&p| p == i) {
+            let vs = VirtualServer::new(broken_key(k))
+                .with_scheduler(Scheduler::from_name("nosuchsched"));
             desired.insert(vs, bad_rs.iter().copied()).unwrap();
         }
         desired
             .insert(ds.service().clone(), ds.destinations().iter().copied())
             .unwrap();
     }
+    desired
+}
+
+#[test]
+fn partial_failure_applies_the_rest_and_converges() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let good = cluster(300, 4, 1);
+    let bad_key = broken_key(0);
+    let desired = with_broken_services(&good, &[150]);
     let mut s = Syncer::new(&h);
     let r = s.sync(&desired, Verify::Services).unwrap();
     let roots: Vec<_> = r.root_failures().collect();
@@ -430,21 +442,7 @@ fn pipelined_datagrams_account_for_every_operation() {
     let (ns, h) = setup();
     let foreign = add_foreign(&ns, &h);
     let good = cluster(800, 4, 1);
-    let bad = |i: u8| ServiceKey::tcp(sa(&format!("10.97.0.{i}:443")));
-    let bad_rs: Vec<RealServer> = (1..=3)
-        .map(|j| RealServer::new(sa(&format!("10.245.0.{j}:443"))))
-        .collect();
-    let mut desired = DesiredState::new();
-    for (i, ds) in good.services().iter().enumerate() {
-        if i == 10 || i == 790 {
-            let vs = VirtualServer::new(bad(i as u8))
-                .with_scheduler(Scheduler::from_name("nosuchsched"));
-            desired.insert(vs, bad_rs.iter().copied()).unwrap();
-        }
-        desired
-            .insert(ds.service().clone(), ds.destinations().iter().copied())
-            .unwrap();
-    }
+    let desired = with_broken_services(&good, &[10, 790]);
     let mut s = Syncer::new(&h);
     let r = s.sync(&desired, Verify::Services).unwrap();
     // 4,008 requests: two datagrams at most 2,730 each (8 MiB receive buffer).
