@@ -11,8 +11,8 @@
 //! succeeded. An answer the kernel drops (a full receive buffer) is reported
 //! to the socket as `ENOBUFS`: then every request of the datagram without an
 //! answer is `Error::Lost`, never assumed done. This saves the kernel an
-//! ACK message and the syncer a receive per request (measured: a cold sync
-//! of 1,000 × 10 in about half the time).
+//! ACK message and the syncer a receive per request (measured in the guest:
+//! the raw replay of a 1,000 × 10 cold apply in 177 ms instead of 307 ms).
 //!
 //! The bytes are exactly those of
 //! `frame::encode_request(op.encode()?, ..)` (a property test checks it);
