@@ -221,6 +221,31 @@ fn modprobe_output_is_kept_in_full_and_explained() {
     assert!(matches!(&out.steps[..], [LoadStep::Ran(_)]));
 }
 
+/// A program file still open for writing cannot be executed (`ETXTBSY`);
+/// in a threaded process that happens for a moment to any freshly written
+/// file while another thread forks. The load waits it out.
+#[test]
+fn a_busy_program_file_is_run_once_it_is_free() {
+    use std::io::Write as _;
+    let d = Dir::new("mp3");
+    let path = d.0.join("busy");
+    let mut file = fs::File::create(&path).unwrap();
+    file.write_all(b"#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        drop(file);
+    });
+    let out = kmod::modprobe(
+        &name("ip_vs"),
+        &Modprobe {
+            program: Some(path),
+        },
+    );
+    writer.join().unwrap();
+    assert_eq!(out.result, Ok(LoadSuccess::Loaded), "{out}");
+}
+
 #[test]
 fn modprobe_permission_and_success() {
     let d = Dir::new("mp2");

@@ -408,6 +408,24 @@ impl fmt::Display for LoadOutcome {
     }
 }
 
+/// Runs `cmd`, trying again for up to about 300 ms while its program file
+/// is busy (`ETXTBSY`): open for writing somewhere, as when a package upgrade
+/// replaces it, or for the moment another thread of this process forks a
+/// child that inherits a descriptor of a freshly written file.
+fn output_unless_busy(cmd: &mut Command) -> io::Result<std::process::Output> {
+    let mut wait = std::time::Duration::from_millis(5);
+    for _ in 0..6 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(Errno::TXTBSY.raw_os_error()) => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            other => return other,
+        }
+    }
+    cmd.output()
+}
+
 /// Runs `modprobe -- <module>` with `LC_ALL=C`, keeping its exit status,
 /// standard output and standard error in full.
 ///
@@ -428,11 +446,12 @@ pub fn modprobe(module: &ModuleName, opts: &Modprobe) -> LoadOutcome {
     let args: Vec<OsString> = vec!["--".into(), module.as_str().into()];
     let mut steps = Vec::new();
     for program in &candidates {
-        let out = Command::new(program)
-            .args(&args)
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .output();
+        let out = output_unless_busy(
+            Command::new(program)
+                .args(&args)
+                .env("LC_ALL", "C")
+                .stdin(Stdio::null()),
+        );
         match out {
             Ok(out) => {
                 let run = CommandRun {
