@@ -514,6 +514,16 @@ fn model_values(u: &mut Unstructured<'_>) -> ArbResult<()> {
 /// Listings of it (`-L`, `-S`, numeric) never panic either.
 pub fn rules(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
+    // The fast path for plain `-S` lines reads them exactly as the general
+    // parser does.
+    let mut words = Vec::new();
+    for line in text.split('\n') {
+        rules::line_words(line, &mut words);
+        if let Some(fast) = rules::fast_rule(&words) {
+            let general = rules::parse_args("ipvsadm", &words, &rules::NoResolver);
+            assert_eq!(Ok(fast), general, "fast path on {line:?}");
+        }
+    }
     let parsed = match rules::parse(&text) {
         Ok(p) => p,
         Err(e) => {

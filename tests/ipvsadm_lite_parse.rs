@@ -785,7 +785,8 @@ fn split_parsing_gives_the_same_rules_and_first_error() {
     let whole = rules::parse_with(&text, "ipvsadm", &rules::NoResolver).unwrap();
     for threads in [1, 2, 3, 7] {
         let split = rules::parse_split(&text, "ipvsadm", &rules::NoResolver, threads).unwrap();
-        assert_eq!(split, whole, "{threads} threads");
+        assert_eq!(split.len(), if threads == 1 { 1 } else { threads });
+        assert_eq!(split.concat(), whole, "{threads} threads");
     }
     // Bad lines late in the file and early in a later part: the first one
     // is reported, with its line number in the whole file.
@@ -804,4 +805,61 @@ fn split_parsing_gives_the_same_rules_and_first_error() {
             "{threads} threads"
         );
     }
+}
+
+#[test]
+fn fast_lines_parse_exactly_like_the_general_parser() {
+    // (line, whether the fast path takes it)
+    let cases = [
+        ("-A -t 10.0.0.1:80 -s wlc", true),
+        ("-A -u 10.0.0.1:53 -s rr", true),
+        ("-A -t 10.0.0.1:80 -s abcdefghijklmno", true),
+        ("-A -t 10.0.0.1:65535 -s not-a-scheduler", true),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w 1", true),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -g -w 0", true),
+        ("-a -u 10.0.0.1:53 -r 172.16.0.1:0 -m -w 2147483647", true),
+        (
+            "ipvsadm -a -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w 1 # x",
+            true,
+        ),
+        ("-a\t-t 0.0.0.0:1 -r 255.255.255.255:65535 -m -w 10\r", true),
+        // Everything else goes to the general parser.
+        ("-A -t 10.0.0.1:0 -s wlc", false),
+        ("-A -t 10.0.0.1:080 -s wlc", false),
+        ("-A -t 010.0.0.1:80 -s wlc", false),
+        ("-A -t 10.1:80 -s wlc", false),
+        ("-A -t 10.0.0.1:80 -s abcdefghijklmnop", false),
+        ("-A -t [2001:db8::1]:80 -s wlc", false),
+        ("-A -t 10.0.0.1:80 -s wlc -p 360", false),
+        ("-A -t 10.0.0.1:http -s wlc", false),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -i -w 1", false),
+        (
+            "-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w 2147483648",
+            false,
+        ),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w 01", false),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1 -m -w 1", false),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:65536 -m -w 1", false),
+        ("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w1", false),
+        ("-a -f 1 -r 172.16.0.1:80 -m -w 1", false),
+        ("-e -t 10.0.0.1:80 -r 172.16.0.1:8080 -m -w 1", false),
+    ];
+    let mut words = Vec::new();
+    for (line, fast) in cases {
+        rules::line_words(line, &mut words);
+        let general = rules::parse_args("ipvsadm", &words, &rules::NoResolver);
+        match rules::fast_rule(&words) {
+            Some(got) => {
+                assert!(fast, "the fast path took {line:?}");
+                assert_eq!(Ok(got), general, "{line:?}");
+            }
+            None => assert!(!fast, "the fast path left {line:?}"),
+        }
+    }
+    // A direct-routing server takes the service's port (ipvsadm's rule).
+    rules::line_words("-a -t 10.0.0.1:80 -r 172.16.0.1:8080 -g -w 1", &mut words);
+    let Some(rules::Command::AddServer(_, rs)) = rules::fast_rule(&words) else {
+        panic!("not taken");
+    };
+    assert_eq!(rs.addr, "172.16.0.1:80".parse().unwrap());
 }

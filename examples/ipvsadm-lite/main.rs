@@ -306,7 +306,7 @@ fn restore_from_stdin(
             2,
         )
     })?;
-    let desired = restore::desired(&rules).map_err(|e| {
+    let desired = restore::desired(rules.iter().flatten()).map_err(|e| {
         Failure::new(
             format!("{program}: line {}: {}", e.line, e.error.message),
             2,
