@@ -68,32 +68,42 @@ pub fn encode_request(
     if family_id < NLMSG_MIN_TYPE {
         return Err(EncodeError::UnresolvedFamily(family_id));
     }
-    // Attribute lengths are 16 bits. Checking the top level suffices: a
-    // nested attribute is never longer than the value that holds it.
-    for attr in &msg.attrs {
-        let len = NLA_HDRLEN + netlink_packet_core::Nla::value_len(attr);
-        if len > usize::from(u16::MAX) {
-            return Err(EncodeError::AttributeTooLarge {
-                kind: netlink_packet_core::Nla::kind(attr),
-                len,
-            });
-        }
-    }
-    let body = netlink_packet_core::Emitable::buffer_len(msg);
-    let total = NLMSG_HDRLEN + GENL_HDRLEN + body;
-    let len = u32::try_from(total).map_err(|_| EncodeError::TooLarge(total))?;
     let start = out.len();
-    out.reserve(align4(total));
-    out.extend_from_slice(&len.to_ne_bytes());
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&family_id.to_ne_bytes());
     out.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(&[msg.cmd.to_raw(), msg.version, 0, 0]);
-    out.resize(start + total, 0);
-    netlink_packet_core::Emitable::emit(msg, &mut out[start + NLMSG_HDRLEN + GENL_HDRLEN..]);
-    out.resize(start + align4(total), 0);
-    Ok(out.len() - start)
+    // Every attribute is padded to 4 bytes, so the message is too.
+    let longest = super::request::write_message_attrs(out, &msg.attrs);
+    let total = out.len() - start;
+    // Attribute lengths are 16 bits. Checking the top level suffices: a
+    // nested attribute is never longer than the value that holds it.
+    let refused = (longest > usize::from(u16::MAX)).then(|| {
+        let first = msg
+            .attrs
+            .iter()
+            .map(|a| {
+                let len = NLA_HDRLEN + netlink_packet_core::Nla::value_len(a);
+                (netlink_packet_core::Nla::kind(a), len)
+            })
+            .find(|&(_, len)| len > usize::from(u16::MAX))
+            .unwrap_or((0, longest));
+        EncodeError::AttributeTooLarge {
+            kind: first.0,
+            len: first.1,
+        }
+    });
+    let len = match (refused, u32::try_from(total)) {
+        (None, Ok(len)) => len,
+        (refused, _) => {
+            out.truncate(start);
+            return Err(refused.unwrap_or(EncodeError::TooLarge(total)));
+        }
+    };
+    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    Ok(total)
 }
 
 /// Why a request could not be encoded.
@@ -341,6 +351,56 @@ mod tests {
             Err(EncodeError::UnresolvedFamily(0))
         );
         assert!(out.is_empty());
+    }
+
+    /// The attribute bytes are those netlink-packet-core's `Emitable`
+    /// writes, for every kind of top-level attribute and for nests that hold
+    /// nests.
+    #[test]
+    fn attributes_are_the_bytes_emitable_writes() {
+        use crate::codec::attr::{IpvsAttr, ServiceAttr, StatValue, StatsAttr};
+        use crate::codec::request;
+        use crate::model::{
+            DaemonRole, RealServer, ServiceKey, SyncDaemon, Timeouts, VirtualServer,
+        };
+        let key = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+        let v6 = ServiceKey::udp("[2001:db8::1]:53".parse().unwrap());
+        let rs = RealServer::new("10.244.0.1:8080".parse().unwrap()).with_weight(3);
+        let mut with_stats = request::new_service(&VirtualServer::new(key)).unwrap();
+        if let Some(IpvsAttr::Service(v)) = with_stats.attrs.first_mut() {
+            v.push(ServiceAttr::Stats(vec![
+                StatsAttr::Conns(StatValue::U32(7)),
+                StatsAttr::InBytes(StatValue::U32(9)),
+            ]));
+            v.push(ServiceAttr::Stats64(vec![StatsAttr::Conns(
+                StatValue::U64(7),
+            )]));
+        }
+        let messages = [
+            request::new_service(&VirtualServer::new(v6).with_persistence(300)).unwrap(),
+            request::new_dest(&key, &rs).unwrap(),
+            request::dump_dests(&key).unwrap(),
+            request::get_service(&v6).unwrap(),
+            request::new_daemon(&SyncDaemon::new(DaemonRole::Backup, "eth0")).unwrap(),
+            request::set_config(&Timeouts {
+                tcp: 900,
+                tcp_fin: 120,
+                udp: 300,
+            })
+            .unwrap(),
+            request::flush(),
+            with_stats,
+        ];
+        for msg in messages {
+            let mut out = Vec::new();
+            let n = encode_request(&mut out, &msg, 0x24, 9, NLM_F_ACK).unwrap();
+            let body = netlink_packet_core::Emitable::buffer_len(&msg);
+            let mut reference = vec![0; body];
+            netlink_packet_core::Emitable::emit(&msg, &mut reference);
+            assert_eq!(n, NLMSG_HDRLEN + GENL_HDRLEN + body, "{msg:?}");
+            assert_eq!(out[..4], (n as u32).to_ne_bytes(), "{msg:?}");
+            assert_eq!(out[NLMSG_HDRLEN + GENL_HDRLEN..], reference[..], "{msg:?}");
+        }
     }
 
     #[test]

@@ -126,6 +126,54 @@ fn push_attr<A: Nla>(out: &mut Vec<u8>, attr: &A) {
 /// Bytes of an attribute header (length and type).
 const NLA_HEADER: usize = 4;
 
+/// Appends a message's top-level attributes, as `Emitable::emit` would
+/// write them: the nests of a service, real server or daemon with each
+/// member through [`push_attr`] (their lengths computed once), anything
+/// else whole. Returns the length (header included, padding not) of the
+/// longest top-level attribute, which the framing must check against the
+/// 16-bit length field.
+pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> usize {
+    let mut longest = 0;
+    for attr in attrs {
+        let at = out.len();
+        let len = match attr {
+            // A nest's members are padded, so the nest needs no padding.
+            IpvsAttr::Service(v) => write_nest(out, attr, v),
+            IpvsAttr::Dest(v) => write_nest(out, attr, v),
+            IpvsAttr::Daemon(v) => write_nest(out, attr, v),
+            _ => {
+                push_attr(out, attr);
+                NLA_HEADER + attr.value_len()
+            }
+        };
+        debug_assert!(out.len() - at >= len);
+        longest = longest.max(len);
+    }
+    longest
+}
+
+/// A nested attribute `attr` whose members are `members`: the header, then
+/// each member, then the length (cut to 16 bits like any netlink length;
+/// the caller refuses messages where that matters).
+fn write_nest<A: Nla>(out: &mut Vec<u8>, attr: &IpvsAttr, members: &[A]) -> usize {
+    let at = out.len();
+    let mut kind = attr.kind();
+    if attr.is_network_byteorder() {
+        kind |= netlink_packet_core::NLA_F_NET_BYTEORDER;
+    }
+    if attr.is_nested() {
+        kind |= netlink_packet_core::NLA_F_NESTED;
+    }
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&kind.to_ne_bytes());
+    for m in members {
+        push_attr(out, m);
+    }
+    let len = out.len() - at;
+    out[at..at + 2].copy_from_slice(&(len as u16).to_ne_bytes());
+    len
+}
+
 /// Appends the attributes of a service key (see `each_key_attr`) to `out`,
 /// as [`del_service`] would carry them: for writers that frame requests
 /// themselves. Validates nothing.

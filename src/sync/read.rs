@@ -67,7 +67,12 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
         let family = keys
             .get(index)
             .map_or(AddressFamily::Inet, ServiceKey::family);
-        reply::destination_from_body(body, family).map(ObservedDest::from)
+        // A sync compares configuration and connection counts, never the
+        // counters: their nests are skipped.
+        reply::destination_config_from_body(body, family).map(|(server, conns)| ObservedDest {
+            server,
+            conns: Some(conns),
+        })
     };
     per_key(
         handle,
