@@ -1,6 +1,6 @@
 //! Namespace-wide operations: flush, zero, timeouts, info, sync daemons.
 
-use super::{Error, Handle, Result, Target};
+use super::{Error, Handle, Request, Result, Target};
 use crate::codec::{reply, request};
 use crate::model::{DaemonRole, Info, ServiceKey, SyncDaemon, Timeouts};
 use crate::netlink::Kind;
@@ -64,13 +64,51 @@ impl Handle {
     }
 
     /// Stops the sync daemon of a role.
+    ///
+    /// The kernel stops a sync thread with `kthread_stop` and returns its
+    /// result, which is `EINTR` when the thread had not started running yet
+    /// (a daemon stopped right after it was started, on a busy machine); for
+    /// `EINTR` netlink sends no answer at all, so a plain request would
+    /// wait for an ACK that never comes. The request is therefore followed
+    /// by a `GET_INFO` in the same datagram: when that one is answered and
+    /// `DEL_DAEMON` was not, the kernel took the `EINTR` path, which stops the
+    /// daemon all the same (its state is cleared and its threads are gone),
+    /// and this returns `Ok`.
     pub fn stop_daemon(&self, role: DaemonRole) -> Result<()> {
-        self.call(
-            request::del_daemon(role),
-            Kind::Ack,
-            Target::Daemon(Some(role)),
-        )
-        .map(drop)
+        let requests = [
+            Request {
+                index: 0,
+                msg: request::del_daemon(role),
+                kind: Kind::Ack,
+                target: Target::Daemon(Some(role)),
+            },
+            Request {
+                index: 1,
+                msg: request::get_info(),
+                kind: Kind::Ack,
+                target: Target::Global,
+            },
+        ];
+        let mut results: [Option<Result<()>>; 2] = [None, None];
+        self.run_decoded(
+            requests,
+            |_, _| Ok(()),
+            |index, r| {
+                if let Some(slot) = results.get_mut(index) {
+                    *slot = Some(r.map(drop));
+                }
+            },
+        )?;
+        match results {
+            [Some(Err(Error::Unanswered { .. })), Some(Ok(()))] => Ok(()),
+            [Some(stop), _] => stop,
+            [None, _] => Err(Error::Lost {
+                op: super::describe(
+                    crate::codec::IpvsCmd::DelDaemon,
+                    &Target::Daemon(Some(role)),
+                ),
+            }),
+        }
     }
 
     /// Lists running sync daemons (at most a master and a backup).

@@ -172,6 +172,16 @@ pub enum Error {
         /// The operation.
         op: String,
     },
+    /// The kernel handled a later request of the same datagram but never
+    /// answered this one (netlink sends no answer when a handler returns
+    /// `EINTR`); whether it took effect is unknown.
+    #[error(
+        "{op}: the kernel sent no answer (its handler was interrupted, EINTR); outcome unknown"
+    )]
+    Unanswered {
+        /// The operation.
+        op: String,
+    },
     /// The socket failed.
     #[error("{op}: {source}")]
     Io {

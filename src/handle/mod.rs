@@ -340,6 +340,7 @@ fn reply_result<D>(ctx: &Context, reply: Reply<D>) -> Result<Answer<D>> {
         Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), &ctx.target, e)),
         Err(Failure::Decode(source)) => Err(Error::Decode { op: op(), source }),
         Err(Failure::Lost) => Err(Error::Lost { op: op() }),
+        Err(Failure::Unanswered) => Err(Error::Unanswered { op: op() }),
         Err(Failure::Truncated) => Err(Error::io(
             op(),
             std::io::Error::other("the answer was larger than the receive buffer and was cut off"),

@@ -230,6 +230,8 @@ fn probe_scheduler_here(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
             errnos[i] = match reply.result {
                 Ok(()) => 0,
                 Err(Failure::Kernel(e)) => e.errno(),
+                // No answer: the handler returned EINTR (see the variant).
+                Err(Failure::Unanswered) => Errno::INTR.raw_os_error(),
                 Err(Failure::Decode(_) | Failure::Lost | Failure::Truncated) => {
                     Errno::IO.raw_os_error()
                 }

@@ -7,8 +7,10 @@
 //! receive buffer. A dump ends its chunk (a socket runs one dump at a time).
 //!
 //! Every request gets exactly one [`Reply`]: success, the kernel's error, a
-//! decode error, or [`Failure::Lost`] when the kernel dropped its answer
-//! (`ENOBUFS`), so nothing is silently lost.
+//! decode error, [`Failure::Lost`] when the kernel dropped its answer
+//! (`ENOBUFS`), or [`Failure::Unanswered`] when the kernel answered a later
+//! request of the same datagram but never this one, so nothing is silently
+//! lost and nothing waits for an answer that cannot come.
 
 use std::collections::VecDeque;
 use std::io;
@@ -40,6 +42,13 @@ pub enum Failure {
     /// An answer came in a datagram larger than the socket's receive length
     /// and was cut off. A dump is asked again once before this is reported.
     Truncated,
+    /// The kernel answered a later request of the same datagram, but never
+    /// this "do" request. It handles a datagram's requests in order and
+    /// queues each answer before starting the next, so this one will never
+    /// be answered: netlink sends no answer at all when a handler returns
+    /// `EINTR` (`netlink_rcv_skb` skips the ACK), which IPVS's `DEL_DAEMON`
+    /// does when the sync thread it stops had not started running yet.
+    Unanswered,
 }
 
 /// The answer to one request, its data messages decoded into `D`
@@ -276,8 +285,24 @@ impl<'a> Exchange<'a> {
                     continue;
                 }
                 let slot = f.header.seq.wrapping_sub(first_seq) as usize;
-                let Some(p) = pending.get_mut(slot) else {
+                if slot >= pending.len() {
                     continue; // a stale answer to an abandoned exchange
+                }
+                // Every earlier "do" request still open was handled without
+                // an answer (see `Failure::Unanswered`), unless answers were
+                // dropped: then its answer may have been one of them.
+                for earlier in pending.iter_mut().take(slot) {
+                    if earlier.kind == Kind::Ack && earlier.done.is_none() {
+                        earlier.done = Some(Err(if draining {
+                            Failure::Lost
+                        } else {
+                            Failure::Unanswered
+                        }));
+                        open -= 1;
+                    }
+                }
+                let Some(p) = pending.get_mut(slot) else {
+                    continue;
                 };
                 if p.done.is_some() {
                     continue;

@@ -211,7 +211,7 @@ impl Writer {
     /// sent; `Err` when the socket itself failed (operations not reported by
     /// then have unknown outcomes).
     ///
-    /// More than one datagram's worth runs as a pipeline of three threads:
+    /// More than [`PIPELINE_FROM`] requests run as a pipeline of three threads:
     /// one encodes the next datagram while another waits in `send` for the
     /// kernel (which does its work inside that call) and this one reports
     /// the answers of the previous datagram (the caller's bookkeeping), so the
@@ -228,7 +228,7 @@ impl Writer {
             max_send: self.sock.max_send(),
         };
         let start_seq = self.seq.wrapping_add(1);
-        if one_by_one || ops.len() <= limits.max_batch {
+        if one_by_one || ops.len() <= PIPELINE_FROM {
             let mut next = 0;
             while next < ops.len() {
                 let bytes = std::mem::take(&mut self.buf);
@@ -249,8 +249,13 @@ impl Writer {
             let (chunks_tx, chunks_rx) = mpsc::sync_channel::<Chunk>(1);
             let (answers_tx, answers_rx) = mpsc::sync_channel::<(Chunk, Answers)>(1);
             scope.spawn(move || {
-                let (mut next, mut seq) = (0, start_seq);
+                let (mut next, mut seq, mut ramp) = (0, start_seq, RAMP_FROM);
                 while next < ops.len() {
+                    let limits = Limits {
+                        max_batch: ramped(ramp, ops.len() - next, limits.max_batch),
+                        ..limits
+                    };
+                    ramp = ramp.saturating_mul(2);
                     let chunk = Chunk::fill(Vec::with_capacity(64 << 10), ops, next, seq, limits);
                     next += chunk.count;
                     seq = chunk.last_seq().wrapping_add(1);
@@ -278,6 +283,23 @@ impl Writer {
         })?;
         Ok(ops.len())
     }
+}
+
+/// Plans with more requests than this are sent as a pipeline.
+const PIPELINE_FROM: usize = 4 * RAMP_FROM;
+/// The pipeline's first and smallest datagram, in requests.
+const RAMP_FROM: usize = 64;
+
+/// How many requests the pipeline's next datagram takes: `ramp` (doubling
+/// from [`RAMP_FROM`]) while it starts, half of what is left as it ends,
+/// never more than `max_batch`. Small datagrams at both ends shorten the
+/// stages' serial parts: the kernel starts after 64 requests are encoded
+/// instead of a full datagram's 2,730, and what is left to book after the
+/// last answer is a small datagram's. Measured in the guest on a 1,000 x 10
+/// cold apply: first `send` 1-2 ms after the start instead of 16-31 ms, and
+/// 20-60 us of bookkeeping after the last answer instead of 190-280 us.
+fn ramped(ramp: usize, left: usize, max_batch: usize) -> usize {
+    ramp.min((left / 2).max(RAMP_FROM)).min(max_batch).max(1)
 }
 
 /// Sends a chunk and receives its answers.
