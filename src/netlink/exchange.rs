@@ -248,6 +248,8 @@ impl<'a> Exchange<'a> {
     ) -> io::Result<()> {
         let mut open = pending.len();
         let mut draining = false;
+        // Requests below this index have had every answer they will get.
+        let mut settled_below = 0;
         let mut received = 0usize;
         let port = self.sock.port();
         while open > 0 {
@@ -290,8 +292,11 @@ impl<'a> Exchange<'a> {
                 }
                 // Every earlier "do" request still open was handled without
                 // an answer (see `Failure::Unanswered`), unless answers were
-                // dropped: then its answer may have been one of them.
-                for earlier in pending.iter_mut().take(slot) {
+                // dropped: then its answer may have been one of them. Answers
+                // come in order, so each request is looked at once here.
+                let below = settled_below.min(slot);
+                settled_below = settled_below.max(slot);
+                for earlier in pending.range_mut(below..slot) {
                     if earlier.kind == Kind::Ack && earlier.done.is_none() {
                         earlier.done = Some(Err(if draining {
                             Failure::Lost
