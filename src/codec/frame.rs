@@ -12,8 +12,6 @@ use super::message::{IpvsCmd, IpvsMessage};
 pub const NLMSG_HDRLEN: usize = 16;
 /// `struct genlmsghdr` length.
 pub const GENL_HDRLEN: usize = 4;
-/// `struct nlattr` length.
-const NLA_HDRLEN: usize = 4;
 
 /// `NLMSG_NOOP`.
 pub const NLMSG_NOOP: u16 = 1;
@@ -76,31 +74,14 @@ pub fn encode_request(
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(&[msg.cmd.to_raw(), msg.version, 0, 0]);
     // Every attribute is padded to 4 bytes, so the message is too.
-    let longest = super::request::write_message_attrs(out, &msg.attrs);
+    if let Some((kind, len)) = super::request::write_message_attrs(out, &msg.attrs) {
+        out.truncate(start);
+        return Err(EncodeError::AttributeTooLarge { kind, len });
+    }
     let total = out.len() - start;
-    // Attribute lengths are 16 bits. Checking the top level suffices: a
-    // nested attribute is never longer than the value that holds it.
-    let refused = (longest > usize::from(u16::MAX)).then(|| {
-        let first = msg
-            .attrs
-            .iter()
-            .map(|a| {
-                let len = NLA_HDRLEN + netlink_packet_core::Nla::value_len(a);
-                (netlink_packet_core::Nla::kind(a), len)
-            })
-            .find(|&(_, len)| len > usize::from(u16::MAX))
-            .unwrap_or((0, longest));
-        EncodeError::AttributeTooLarge {
-            kind: first.0,
-            len: first.1,
-        }
-    });
-    let len = match (refused, u32::try_from(total)) {
-        (None, Ok(len)) => len,
-        (refused, _) => {
-            out.truncate(start);
-            return Err(refused.unwrap_or(EncodeError::TooLarge(total)));
-        }
+    let Ok(len) = u32::try_from(total) else {
+        out.truncate(start);
+        return Err(EncodeError::TooLarge(total));
     };
     out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
     Ok(total)

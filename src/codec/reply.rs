@@ -272,13 +272,7 @@ pub fn destination_from_attrs(
     for a in attrs {
         fold.add(a);
     }
-    let (s32, s64) = (fold.s32, fold.s64);
-    let (server, conns) = fold.finish(service_family)?;
-    Ok(DestinationSnapshot {
-        server,
-        conns,
-        stats: best_stats(s32, s64),
-    })
+    fold.snapshot(service_family)
 }
 
 /// [`destination`] straight from a message body, as [`service_from_body`]
@@ -288,14 +282,7 @@ pub fn destination_from_body(
     body: &[u8],
     service_family: AddressFamily,
 ) -> Result<DestinationSnapshot, DecodeError> {
-    let fold = fold_destination(body, true)?;
-    let (s32, s64) = (fold.s32, fold.s64);
-    let (server, conns) = fold.finish(service_family)?;
-    Ok(DestinationSnapshot {
-        server,
-        conns,
-        stats: best_stats(s32, s64),
-    })
+    fold_destination(body, true)?.snapshot(service_family)
 }
 
 /// [`destination_from_body`] without the counters: a real server's
@@ -369,6 +356,17 @@ impl DestFold {
             DestAttr::TunFlags(v) => self.tun_flags = Some(v),
             _ => {}
         }
+    }
+
+    /// The real server with its connection counts and statistics.
+    fn snapshot(self, service_family: AddressFamily) -> Result<DestinationSnapshot, DecodeError> {
+        let stats = best_stats(self.s32, self.s64);
+        let (server, conns) = self.finish(service_family)?;
+        Ok(DestinationSnapshot {
+            server,
+            conns,
+            stats,
+        })
     }
 
     /// The real server and its connection counts (the statistics stay in

@@ -108,13 +108,7 @@ fn dest_attrs(key: &ServiceKey, rs: &RealServer) -> Result<Vec<DestAttr>, Valida
 /// under emulation. The value itself is written by the attribute enum.
 fn push_attr<A: Nla>(out: &mut Vec<u8>, attr: &A) {
     let value_len = attr.value_len();
-    let mut kind = attr.kind();
-    if attr.is_network_byteorder() {
-        kind |= netlink_packet_core::NLA_F_NET_BYTEORDER;
-    }
-    if attr.is_nested() {
-        kind |= netlink_packet_core::NLA_F_NESTED;
-    }
+    let kind = header_kind(attr);
     let at = out.len();
     let len = (value_len + NLA_HEADER) as u16;
     out.extend_from_slice(&len.to_ne_bytes());
@@ -126,16 +120,29 @@ fn push_attr<A: Nla>(out: &mut Vec<u8>, attr: &A) {
 /// Bytes of an attribute header (length and type).
 const NLA_HEADER: usize = 4;
 
+/// The type field of an attribute's header: its kind with the byte-order
+/// and nested flags, as netlink-packet-core writes it.
+fn header_kind<A: Nla>(attr: &A) -> u16 {
+    let mut kind = attr.kind();
+    if attr.is_network_byteorder() {
+        kind |= netlink_packet_core::NLA_F_NET_BYTEORDER;
+    }
+    if attr.is_nested() {
+        kind |= netlink_packet_core::NLA_F_NESTED;
+    }
+    kind
+}
+
 /// Appends a message's top-level attributes, as `Emitable::emit` would
 /// write them: the nests of a service, real server or daemon with each
 /// member through [`push_attr`] (their lengths computed once), anything
-/// else whole. Returns the length (header included, padding not) of the
-/// longest top-level attribute, which the framing must check against the
-/// 16-bit length field.
-pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> usize {
-    let mut longest = 0;
+/// else whole. Returns the kind and length (header included) of the first
+/// top-level attribute longer than the 16-bit length field can say, which
+/// the framing refuses. Checking the top level suffices: a nested attribute
+/// is never longer than the value that holds it.
+pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> Option<(u16, usize)> {
+    let mut too_long = None;
     for attr in attrs {
-        let at = out.len();
         let len = match attr {
             // A nest's members are padded, so the nest needs no padding.
             IpvsAttr::Service(v) => write_nest(out, attr, v),
@@ -146,10 +153,11 @@ pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> usiz
                 NLA_HEADER + attr.value_len()
             }
         };
-        debug_assert!(out.len() - at >= len);
-        longest = longest.max(len);
+        if len > usize::from(u16::MAX) {
+            too_long = too_long.or(Some((attr.kind(), len)));
+        }
     }
-    longest
+    too_long
 }
 
 /// A nested attribute `attr` whose members are `members`: the header, then
@@ -157,15 +165,8 @@ pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> usiz
 /// the caller refuses messages where that matters).
 fn write_nest<A: Nla>(out: &mut Vec<u8>, attr: &IpvsAttr, members: &[A]) -> usize {
     let at = out.len();
-    let mut kind = attr.kind();
-    if attr.is_network_byteorder() {
-        kind |= netlink_packet_core::NLA_F_NET_BYTEORDER;
-    }
-    if attr.is_nested() {
-        kind |= netlink_packet_core::NLA_F_NESTED;
-    }
     out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(&header_kind(attr).to_ne_bytes());
     for m in members {
         push_attr(out, m);
     }
