@@ -60,6 +60,9 @@ fn stops_a_daemon_that_never_ran() {
                 }
             });
         }
+        // Whatever happens below, even a failed assertion, the spinners stop
+        // (the scope joins them before a panic goes on).
+        let _stop = StopOnDrop(&busy);
         let mut sock = GenlSocket::open(h.netns()).expect("socket");
         let mut seq = 0;
         let mut raced = 0;
@@ -90,7 +93,6 @@ fn stops_a_daemon_that_never_ran() {
             h.stop_daemon(DaemonRole::Master).unwrap();
             assert!(h.list_daemons().unwrap().is_empty());
         }
-        busy.store(false, Ordering::Relaxed);
         raced
     });
     eprintln!("DEL_DAEMON unanswered (EINTR) in {raced} of 20 start+stop datagrams");
@@ -98,4 +100,13 @@ fn stops_a_daemon_that_never_ran() {
         raced > 0,
         "the race was never provoked: the test proved nothing"
     );
+}
+
+/// Clears the flag the spinner threads loop on when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
