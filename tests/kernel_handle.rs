@@ -255,6 +255,69 @@ fn missing_service_is_not_an_empty_list() {
     assert_eq!(h.list_destinations(&key).unwrap(), vec![]);
 }
 
+/// `list_destinations_each` answers every key once, in order, with what
+/// `list_destinations` answers for it: on the calling thread for a few keys
+/// and with the helper thread for many, across families, a multi-datagram
+/// dump, a missing service and an invalid key, and with the handle used from
+/// inside the callback.
+#[test]
+fn destinations_of_many_services_in_one_call() {
+    let (_ns, h) = setup();
+    let mut keys = Vec::new();
+    for i in 0..150u16 {
+        let (hi, lo) = ((i / 200) as u8, (i % 200) as u8 + 1);
+        let key = if i % 3 == 2 {
+            ServiceKey::udp(SocketAddr::from((
+                [0x2001, 0xdb8, 0, 0, 0, 0, hi.into(), lo.into()],
+                53,
+            )))
+        } else {
+            ServiceKey::tcp(SocketAddr::from(([10, 96, hi, lo], 80)))
+        };
+        h.add_service(&VirtualServer::new(key)).unwrap();
+        // 0 to 12 real servers; one service with 60 (several datagrams).
+        let count = if i == 77 { 60 } else { usize::from(i % 13) };
+        for j in 0..count {
+            let addr = match key.family() {
+                AddressFamily::Inet => SocketAddr::from(([10, 244, lo, j as u8 + 1], 8080)),
+                AddressFamily::Inet6 => {
+                    SocketAddr::from(([0x2001, 0xdb8, 1, 0, 0, 0, lo.into(), j as u16 + 1], 8080))
+                }
+            };
+            h.add_destination(&key, &RealServer::new(addr).with_weight(j as u32 % 5))
+                .unwrap();
+        }
+        keys.push(key);
+    }
+    let missing = ServiceKey::tcp(sa("10.96.250.1:80"));
+    let invalid = ServiceKey::fwmark(0, AddressFamily::Inet);
+    keys.insert(40, missing);
+    keys.insert(90, invalid);
+    keys.push(missing);
+
+    for asked in [&keys[..], &keys[85..120], &keys[..0]] {
+        let mut seen = Vec::new();
+        h.list_destinations_each(asked, |index, got| {
+            // The handle stays usable from the callback.
+            if index == 3 {
+                assert!(h.get_service(&asked[0]).is_ok());
+            }
+            let key = asked[index];
+            match (key == missing, key == invalid, got) {
+                (true, _, Err(Error::ServiceNotFound { key: k, .. })) => assert_eq!(k, missing),
+                (_, true, Err(Error::Invalid(_))) => {}
+                (false, false, Ok(got)) => {
+                    assert_eq!(got, h.list_destinations(&key).unwrap(), "{key}")
+                }
+                (_, _, other) => panic!("{key}: {other:?}"),
+            }
+            seen.push(index);
+        })
+        .unwrap();
+        assert_eq!(seen, (0..asked.len()).collect::<Vec<_>>());
+    }
+}
+
 /// The real servers of `key` dumped through a raw exchange on `sock`:
 /// (real servers, datagrams, outcome).
 fn raw_dest_dump(

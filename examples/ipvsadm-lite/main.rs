@@ -128,11 +128,11 @@ fn run(
         ),
         Command::Save(f) => {
             let namer = if f.numeric { &Numeric } else { namer };
-            let parts =
+            let text =
                 read_formatted(&ipvs, &f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
             let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
             format::list_head(out, &info, &f);
-            parts.iter().for_each(|p| out.push_str(p));
+            out.push_str(&text);
             Ok(())
         }
         Command::Restore(opts) => restore_from_stdin(program, &ipvs, opts, services, out),
@@ -181,10 +181,10 @@ fn list(
     match what {
         ListWhat::All => {
             let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
-            let parts =
+            let text =
                 read_formatted(ipvs, f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
             format::list_head(out, &info, f);
-            parts.iter().for_each(|p| out.push_str(p));
+            out.push_str(&text);
             Ok(())
         }
         ListWhat::Service(key) => {
@@ -228,13 +228,11 @@ fn dests_or_empty(
 }
 
 /// The whole table's services with their real servers, formatted as `f`
-/// asks, in listing order: one service dump, the services sorted, then each
-/// service's real servers dumped and its lines formatted at once, the
-/// services spread over a few sockets in threads (each dump is a round
-/// trip and the kernel runs one dump per socket at a time; one thread
-/// formats while another waits for the kernel). One text per thread, in
-/// order.
-fn read_formatted(ipvs: &Handle, f: &Format, namer: &dyn Namer) -> Result<Vec<String>, Error> {
+/// asks, in listing order: one service dump, the services sorted, then every
+/// service's real servers read with [`Handle::list_destinations_each`] (a
+/// helper thread waits for the kernel while this one decodes and formats
+/// each service as it arrives).
+fn read_formatted(ipvs: &Handle, f: &Format, namer: &dyn Namer) -> Result<String, Error> {
     let mut entries: Vec<Entry> = ipvs
         .list_services()?
         .into_iter()
@@ -246,42 +244,32 @@ fn read_formatted(ipvs: &Handle, f: &Format, namer: &dyn Namer) -> Result<Vec<St
     if !f.nosort {
         format::sort_services(&mut entries);
     }
-    let threads = if entries.len() < 256 {
-        1
-    } else {
-        read_sockets()
-    };
-    let chunk = entries.len().div_ceil(threads).max(1);
-    let read_part = |h: &Handle, part: &mut [Entry]| -> Result<String, Error> {
-        let mut text = String::with_capacity(part.len() * 512);
-        for e in part {
-            e.dests = dests_or_empty(h, &e.service.service.key)?;
+    let keys: Vec<ServiceKey> = entries.iter().map(|e| e.service.service.key).collect();
+    let mut text = String::with_capacity(entries.len() * 512);
+    let mut failed = None;
+    ipvs.list_destinations_each(&keys, |index, dests| {
+        let dests = match dests {
+            // A service gone since the service dump lists without real
+            // servers (ipvsadm's dump would come back empty too).
+            Err(Error::ServiceNotFound { .. }) => Vec::new(),
+            Err(e) => {
+                failed.get_or_insert(e);
+                return;
+            }
+            Ok(d) => d,
+        };
+        if failed.is_none()
+            && let Some(e) = entries.get_mut(index)
+        {
+            e.dests = dests;
             format::service_entry(&mut text, e, f, namer);
             e.dests = Vec::new();
         }
-        Ok(text)
-    };
-    let mut parts = entries.chunks_mut(chunk);
-    let first = parts.next().unwrap_or(&mut []);
-    let results: Vec<Result<String, Error>> = std::thread::scope(|scope| {
-        // The first part on this handle, the others on sockets of their own.
-        let workers: Vec<_> = parts
-            .map(|part| {
-                let netns = ipvs.netns().clone();
-                scope.spawn(move || read_part(&Handle::open(&netns)?, part))
-            })
-            .collect();
-        let mut all = vec![read_part(ipvs, first)];
-        for w in workers {
-            all.push(w.join().unwrap_or_else(|_| {
-                Err(Error::Lost {
-                    op: "list real servers (worker thread panicked)".into(),
-                })
-            }));
-        }
-        all
-    });
-    results.into_iter().collect()
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(text),
+    }
 }
 
 // --- -R ------------------------------------------------------------------------------

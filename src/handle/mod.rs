@@ -19,6 +19,7 @@ mod admin;
 mod batch;
 mod dests;
 mod error;
+mod overlap;
 mod services;
 
 use std::sync::{Mutex, MutexGuard};

@@ -46,8 +46,14 @@ impl Handle {
     /// Reads one virtual server; [`Error::ServiceNotFound`] if it does not
     /// exist.
     pub fn get_service(&self, key: &ServiceKey) -> Result<ServiceSnapshot> {
+        self.get_service_via(Via::Main, key)
+    }
+
+    /// [`Handle::get_service`] on a chosen socket.
+    pub(crate) fn get_service_via(&self, via: Via, key: &ServiceKey) -> Result<ServiceSnapshot> {
         let msg = request::get_service(key)?;
-        let answer = self.call_decoded(
+        let answer = self.call_via(
+            via,
             msg,
             Kind::Ack,
             Target::Service(*key),

@@ -62,25 +62,34 @@ pub(crate) fn destinations(
 }
 
 fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<ObservedDest>>> {
-    // Each message is decoded as it arrives, for the family of its service.
+    // Each message is decoded for the family of its service. A sync
+    // compares configuration and connection counts, never the counters:
+    // their nests are skipped.
     let decode = |index: usize, body: &[u8]| {
         let family = keys
             .get(index)
             .map_or(AddressFamily::Inet, ServiceKey::family);
-        // A sync compares configuration and connection counts, never the
-        // counters: their nests are skipped.
         reply::destination_config_from_body(body, family).map(|(server, conns)| ObservedDest {
             server,
             conns: Some(conns),
         })
     };
-    per_key(
-        handle,
-        keys,
-        (request::dump_dests, Kind::Dump, "list real servers of"),
-        decode,
-        |r| r.map(|answer| answer.data),
-    )
+    let mut out: Vec<Option<Result<Vec<ObservedDest>>>> = (0..keys.len()).map(|_| None).collect();
+    handle.dump_dests_each(keys, decode, |index, r| {
+        if let Some(slot) = out.get_mut(index) {
+            *slot = Some(r);
+        }
+    })?;
+    out.into_iter()
+        .zip(keys)
+        .map(|(r, key)| {
+            r.unwrap_or_else(|| {
+                Err(Error::Lost {
+                    op: format!("list real servers of {key}"),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a

@@ -1,0 +1,185 @@
+//! Real-server dumps of many services with the kernel's work and the
+//! decoding overlapped.
+//!
+//! Each `GET_DEST` dump is a round trip (a socket runs one dump at a time),
+//! and the kernel does its work inside the `send` and `recv` calls, so on one
+//! thread the kernel and the decoder take turns. Here a helper thread only
+//! talks to the kernel, copying each reply's message bodies into a batch,
+//! while the calling thread decodes the batches before it and hands each
+//! service's result to the caller. Measured in the QEMU guest at 10,000 x 10:
+//! the decoding is about a third of a one-thread read, and it now runs while
+//! the helper waits for the kernel.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::mpsc;
+
+use super::{Answer, Error, Handle, Request, Result, Target, describe};
+use crate::codec::{DecodeError, IpvsCmd, request};
+use crate::model::ServiceKey;
+use crate::netlink::Kind;
+
+/// Below this many services the dumps run on the calling thread: a thread
+/// costs more than it saves.
+const OVERLAP_FROM: usize = 64;
+/// A batch goes to the decoder after this many services...
+const BATCH_SERVICES: usize = 16;
+/// ...or once its message bodies take this many bytes.
+const BATCH_BYTES: usize = 32 << 10;
+
+/// Replies to a few dumps, their data messages' bodies back to back.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// The request's index and where each of its data messages is in
+    /// `bytes`, or its error.
+    replies: Vec<(usize, Result<Vec<Range<usize>>>)>,
+}
+
+impl Handle {
+    /// Dumps the real servers of each service in `keys`, one dump each, and
+    /// calls `each(index, result)` once per key, in order, on this thread;
+    /// each data message is decoded by `decode(index, body)` here too.
+    /// Invalid keys get their validation error without a request. Returns
+    /// early only on an I/O error of the socket (then the keys not yet
+    /// reported have no result).
+    pub(crate) fn dump_dests_each<D>(
+        &self,
+        keys: &[ServiceKey],
+        mut decode: impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+        mut each: impl FnMut(usize, Result<Vec<D>>),
+    ) -> Result<()> {
+        if keys.len() < OVERLAP_FROM {
+            // `each` runs after the exchange has let go of the socket, so
+            // that it may use the handle.
+            let mut replies = Vec::with_capacity(keys.len());
+            self.run_decoded(requests(keys), &mut decode, |index, r| {
+                replies.push((index, r.map(|a| a.data)));
+            })?;
+            let mut next = 0;
+            for (index, r) in replies {
+                report_skipped(keys, &mut next, index, &mut each);
+                each(index, r);
+                next = index + 1;
+            }
+            report_skipped(keys, &mut next, keys.len(), &mut each);
+            return Ok(());
+        }
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel::<Batch>();
+            let reader = scope.spawn(move || self.read_batches(keys, tx));
+            let mut next = 0;
+            for batch in rx {
+                for (index, r) in batch.replies {
+                    report_skipped(keys, &mut next, index, &mut each);
+                    each(
+                        index,
+                        decode_reply(keys, index, &batch.bytes, r, &mut decode),
+                    );
+                    next = index + 1;
+                }
+            }
+            match reader.join() {
+                Ok(r) => r?,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+            report_skipped(keys, &mut next, keys.len(), &mut each);
+            Ok(())
+        })
+    }
+
+    /// The helper thread's side: runs the dumps, copying each message body
+    /// into the current batch, and sends the batches.
+    fn read_batches(&self, keys: &[ServiceKey], tx: mpsc::Sender<Batch>) -> Result<()> {
+        let batch = RefCell::new(Batch::default());
+        let copy = |_: usize, body: &[u8]| {
+            let mut b = batch.borrow_mut();
+            let start = b.bytes.len();
+            b.bytes.extend_from_slice(body);
+            Ok(start..b.bytes.len())
+        };
+        let mut consumer_gone = false;
+        self.run_decoded(requests(keys), copy, |index, r: Result<Answer<_>>| {
+            let mut b = batch.borrow_mut();
+            b.replies.push((index, r.map(|a| a.data)));
+            if b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES {
+                let full = std::mem::take(&mut *b);
+                // A failed send means the caller's side stopped (it
+                // panicked): the rest is read and dropped.
+                consumer_gone |= tx.send(full).is_err();
+            }
+        })?;
+        let rest = batch.into_inner();
+        if !rest.replies.is_empty() && !consumer_gone {
+            let _ = tx.send(rest);
+        }
+        Ok(())
+    }
+}
+
+/// A dump request for each valid key (invalid keys are skipped here and
+/// reported by [`report_skipped`]).
+fn requests(keys: &[ServiceKey]) -> impl Iterator<Item = Request> + Send + '_ {
+    keys.iter().enumerate().filter_map(|(index, key)| {
+        let msg = request::dump_dests(key).ok()?;
+        Some(Request {
+            index,
+            msg,
+            kind: Kind::Dump,
+            target: Target::Service(*key),
+        })
+    })
+}
+
+/// Reports every key from `*next` up to `upto` that got no request: its
+/// validation error (or, should the kernel's answers ever skip one, that
+/// its answer was lost).
+fn report_skipped<D>(
+    keys: &[ServiceKey],
+    next: &mut usize,
+    upto: usize,
+    each: &mut impl FnMut(usize, Result<Vec<D>>),
+) {
+    while *next < upto {
+        let index = *next;
+        let err = match keys.get(index).map(ServiceKey::validate) {
+            Some(Err(e)) => Error::from(e),
+            _ => Error::Lost {
+                op: op(keys, index),
+            },
+        };
+        each(index, Err(err));
+        *next += 1;
+    }
+}
+
+/// Decodes one dump's messages from a batch.
+fn decode_reply<D>(
+    keys: &[ServiceKey],
+    index: usize,
+    bytes: &[u8],
+    reply: Result<Vec<Range<usize>>>,
+    decode: &mut impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+) -> Result<Vec<D>> {
+    let mut out = Vec::new();
+    for range in reply? {
+        let body = bytes.get(range).unwrap_or_default();
+        match decode(index, body) {
+            Ok(d) => out.push(d),
+            Err(source) => {
+                return Err(Error::Decode {
+                    op: op(keys, index),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn op(keys: &[ServiceKey], index: usize) -> String {
+    match keys.get(index) {
+        Some(key) => describe(IpvsCmd::GetDest, &Target::Service(*key)),
+        None => describe(IpvsCmd::GetDest, &Target::Global),
+    }
+}
