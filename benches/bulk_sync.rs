@@ -22,7 +22,7 @@
 //!     minute per run under emulation.
 //! * `paired/*` — `sync_pipelined` and `raw_replay_errors_only` again,
 //!   alternately, `IPVSCTL_BENCH_PAIRS` times (default 11 at N ≤ 1,000,
-//!   else 3); the summary gives the median of the per-pair ratios.
+//!   else 7); the summary gives the median of the per-pair ratios.
 //! * `resync/*` — the namespace already holds the state:
 //!   - `verify_full` (and `verify_full_2_sockets`): no-op sync that reads
 //!     every service and real server back;
@@ -34,7 +34,12 @@
 //!     service, through the handle.
 //! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
 //!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
-//!   per service through the handle's plain calls).
+//!   per service through the handle's plain calls), `dumps_each` (the same
+//!   through `Handle::list_destinations_each`), `raw_dumps` (the same
+//!   requests pre-encoded, answers counted but not decoded: the kernel's
+//!   floor for a complete netlink read). Then `Verify::Full`, `raw_dumps`
+//!   and `/proc/net/ip_vs` again in turns (as many as the pairs), for the
+//!   median per-turn ratios.
 //! * `adversarial/cold_sync_pipelined` (N = 1,000 only): services
 //!   `10.x.y.1:80`, whose addresses differ only in high bytes and fall into
 //!   one bucket of the kernel's service hash table.
@@ -56,10 +61,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
-use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_REQUEST};
+use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+use ipvsctl::codec::request;
 use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
-use ipvsctl::netlink::GenlSocket;
 use ipvsctl::netlink::netns::{NetNs, run_in};
+use ipvsctl::netlink::{DumpSize, GenlSocket};
 use ipvsctl::sync::{
     self, DesiredState, Observed, PlanOptions, Scope, SyncOptions, Syncer, Verify,
 };
@@ -354,6 +360,75 @@ fn read_dumps(h: &Handle) -> usize {
     n
 }
 
+/// A complete netlink read with nothing but the kernel's work: the service
+/// dump and one real-server dump per service, requests encoded beforehand,
+/// answers received on one socket each way and counted, never decoded.
+struct RawRead {
+    services: GenlSocket,
+    dests: GenlSocket,
+    service_dump: Vec<u8>,
+    dest_dumps: Vec<Vec<u8>>,
+}
+
+impl RawRead {
+    fn new(ns: &Ns, d: &DesiredState) -> RawRead {
+        let family = ns.handle().family_id();
+        let encode = |seq: u32, msg| {
+            let mut b = Vec::new();
+            frame::encode_request(&mut b, &msg, family, seq, NLM_F_DUMP).expect("encode");
+            b
+        };
+        RawRead {
+            services: GenlSocket::open_with(&ns.netns(), DumpSize::Large).expect("socket"),
+            dests: GenlSocket::open_with(&ns.netns(), DumpSize::Page).expect("socket"),
+            service_dump: encode(1, request::dump_services()),
+            dest_dumps: (2u32..)
+                .zip(d.services())
+                .map(|(seq, s)| encode(seq, request::dump_dests(&s.service().key).expect("valid")))
+                .collect(),
+        }
+    }
+
+    /// (services, real servers) read.
+    fn run(&mut self) -> (usize, usize) {
+        let services = raw_dump(&mut self.services, &self.service_dump);
+        let mut dests = 0;
+        for req in &self.dest_dumps {
+            dests += raw_dump(&mut self.dests, req);
+        }
+        (services, dests)
+    }
+}
+
+/// Sends one dump request and receives its answer: the data messages counted.
+fn raw_dump(sock: &mut GenlSocket, req: &[u8]) -> usize {
+    sock.send(req).expect("send");
+    let mut n = 0;
+    loop {
+        for f in frame::frames(sock.recv().expect("recv")) {
+            match f.expect("frame").body {
+                FrameBody::Data(_) => n += 1,
+                _ => return n,
+            }
+        }
+    }
+}
+
+/// The library's quickest complete read: the service dump and every
+/// service's real servers through `list_destinations_each`.
+fn read_each(h: &Handle) -> usize {
+    let keys: Vec<ServiceKey> = h
+        .list_services()
+        .expect("dump")
+        .iter()
+        .map(|s| s.service.key)
+        .collect();
+    let mut n = 0;
+    h.list_destinations_each(&keys, |_, d| n += d.expect("dests").len())
+        .expect("read");
+    n
+}
+
 fn read_proc(ns: &Ns) -> usize {
     run_in(&ns.netns(), || {
         std::fs::read_to_string("/proc/thread-self/net/ip_vs")
@@ -391,7 +466,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
     // The same two side by side in pairs: the guest's speed drifts over
     // seconds under emulation, so the median of per-pair ratios is steadier
     // than a ratio of medians taken a minute apart.
-    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 3 });
+    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 7 });
     let mut paired: Vec<f64> = (0..pairs)
         .map(|_| {
             let sync = cold(&tag("paired/sync"), 1, |ns| {
@@ -538,6 +613,75 @@ fn bench_size(c: &mut Criterion, n: usize) {
             total
         })
     });
+    let case = tag("read/dumps_each");
+    g.bench_function("read/dumps_each", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                let t = Instant::now();
+                assert_eq!(read_each(&h), base.destination_count());
+                let e = t.elapsed();
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    let mut raw = RawRead::new(&ns, &base);
+    let case = tag("read/raw_dumps");
+    g.bench_function("read/raw_dumps", |b| {
+        b.iter_custom(|it| {
+            let mut total = Duration::ZERO;
+            for _ in 0..it {
+                let t = Instant::now();
+                let got = raw.run();
+                let e = t.elapsed();
+                assert_eq!(got, (n, base.destination_count()));
+                record(&case, e);
+                total += e;
+            }
+            total
+        })
+    });
+    // Verification, the kernel's floor of a complete netlink read and
+    // /proc/net/ip_vs in turns, for ratios within each turn.
+    let turns: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 7 });
+    syncer.options_mut().read_sockets = 1;
+    let mut full_raw = Vec::new();
+    let mut raw_proc = Vec::new();
+    for _ in 0..turns {
+        let t = Instant::now();
+        assert_eq!(
+            syncer
+                .sync(&base, Verify::Full)
+                .expect("resync")
+                .writes_sent,
+            0
+        );
+        let full = t.elapsed();
+        let t = Instant::now();
+        std::hint::black_box(raw.run());
+        let floor = t.elapsed();
+        let t = Instant::now();
+        std::hint::black_box(read_proc(&ns));
+        let proc_read = t.elapsed();
+        full_raw.push(full.as_secs_f64() / floor.as_secs_f64());
+        raw_proc.push(floor.as_secs_f64() / proc_read.as_secs_f64());
+    }
+    for (what, mut v) in [
+        (
+            "Verify::Full / raw netlink read (the kernel's floor)",
+            full_raw,
+        ),
+        ("raw netlink read / /proc/net/ip_vs", raw_proc),
+    ] {
+        v.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+            note(format!(
+                "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+            ));
+        }
+    }
     g.finish();
     drop(syncer);
     drop(h);
@@ -678,6 +822,27 @@ fn summary(sizes: &[usize]) {
             &mut out,
             &format!("{n}: verify_full resync / netlink full read (complete)"),
             &t("resync/verify_full"),
+            &t("read/dumps"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_full resync / raw netlink read (kernel's floor)"),
+            &t("resync/verify_full"),
+            &t("read/raw_dumps"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: raw netlink read / /proc/net/ip_vs"),
+            &t("read/raw_dumps"),
+            &t("read/proc_net_ip_vs"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: list_destinations_each read / plain loop"),
+            &t("read/dumps_each"),
             &t("read/dumps"),
             "",
         );

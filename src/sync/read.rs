@@ -62,20 +62,8 @@ pub(crate) fn destinations(
 }
 
 fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<ObservedDest>>> {
-    // Each message is decoded for the family of its service. A sync
-    // compares configuration and connection counts, never the counters:
-    // their nests are skipped.
-    let decode = |index: usize, body: &[u8]| {
-        let family = keys
-            .get(index)
-            .map_or(AddressFamily::Inet, ServiceKey::family);
-        reply::destination_config_from_body(body, family).map(|(server, conns)| ObservedDest {
-            server,
-            conns: Some(conns),
-        })
-    };
     let mut out: Vec<Option<Result<Vec<ObservedDest>>>> = (0..keys.len()).map(|_| None).collect();
-    handle.dump_dests_each(keys, decode, |index, r| {
+    destinations_each(handle, keys, |index, r| {
         if let Some(slot) = out.get_mut(index) {
             *slot = Some(r);
         }
@@ -90,6 +78,29 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
             })
         })
         .collect()
+}
+
+/// The real servers of each service in `keys` (one dump each), handed to
+/// `each(index, result)` in order as they arrive, while the kernel works on
+/// the next ones (see [`Handle::list_destinations_each`]).
+pub(crate) fn destinations_each(
+    handle: &Handle,
+    keys: &[ServiceKey],
+    each: impl FnMut(usize, Result<Vec<ObservedDest>>),
+) -> Result<()> {
+    // Each message is decoded for the family of its service. A sync
+    // compares configuration and connection counts, never the counters:
+    // their nests are skipped.
+    let decode = |index: usize, body: &[u8]| {
+        let family = keys
+            .get(index)
+            .map_or(AddressFamily::Inet, ServiceKey::family);
+        reply::destination_config_from_body(body, family).map(|(server, conns)| ObservedDest {
+            server,
+            conns: Some(conns),
+        })
+    };
+    handle.dump_dests_each(keys, decode, each)
 }
 
 /// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a

@@ -395,6 +395,24 @@ impl<H: Borrow<Handle>> Syncer<H> {
             return Ok(());
         }
         let want = self.options.read_sockets.max(1);
+        if want == 1 {
+            // Each service's real servers go into memory as they arrive,
+            // while the kernel works on the next dumps.
+            let memory = &mut self.memory;
+            let mut failed = None;
+            read::destinations_each(self.handle.borrow(), keys, |index, r| match r {
+                Ok(d) => {
+                    if let Some(m) = keys.get(index).and_then(|k| memory.get_mut(k)) {
+                        m.set_destinations(d);
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            })?;
+            report.reads_sent += keys.len();
+            return failed.map_or(Ok(()), Err);
+        }
         while self.readers.len() + 1 < want {
             let h = self.handle.borrow();
             self.readers.push(Handle::open(h.netns())?);
