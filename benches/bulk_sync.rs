@@ -21,7 +21,7 @@
 //!     default (`IPVSCTL_BENCH_IPVSADM_RUNS`), because it takes about a
 //!     minute per run under emulation.
 //! * `paired/*` — `sync_pipelined` and `raw_replay_errors_only` again,
-//!   alternately, `IPVSCTL_BENCH_PAIRS` times (default 11 at N ≤ 1,000,
+//!   alternately, `IPVSCTL_BENCH_PAIRS` times (default 21 at N ≤ 1,000,
 //!   else 7); the summary gives the median of the per-pair ratios.
 //! * `resync/*` — the namespace already holds the state:
 //!   - `verify_full` (and `verify_full_2_sockets`): no-op sync that reads
@@ -466,7 +466,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
     // The same two side by side in pairs: the guest's speed drifts over
     // seconds under emulation, so the median of per-pair ratios is steadier
     // than a ratio of medians taken a minute apart.
-    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 7 });
+    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 21 } else { 7 });
     let mut paired: Vec<f64> = (0..pairs)
         .map(|_| {
             let sync = cold(&tag("paired/sync"), 1, |ns| {

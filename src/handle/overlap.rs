@@ -6,9 +6,9 @@
 //! thread the kernel and the decoder take turns. Here a helper thread only
 //! talks to the kernel, copying each reply's message bodies into a batch,
 //! while the calling thread decodes the batches before it and hands each
-//! service's result to the caller. Measured in the QEMU guest at 10,000 x 10:
-//! the decoding is about a third of a one-thread read, and it now runs while
-//! the helper waits for the kernel.
+//! service's result to the caller. In the QEMU guest (10,000 x 10, `perf`)
+//! the library's own work was about a quarter of a one-thread read; it now
+//! runs while the helper waits for the kernel.
 
 use std::cell::RefCell;
 use std::ops::Range;
