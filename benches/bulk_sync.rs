@@ -226,6 +226,20 @@ fn median(case: &str) -> Option<Duration> {
     v.get(v.len() / 2).copied()
 }
 
+/// Runs `f` `iters` times, timing and recording each run under `case`;
+/// the total is what criterion's `iter_custom` wants.
+fn timed(case: &str, iters: u64, mut f: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t = Instant::now();
+        f();
+        let e = t.elapsed();
+        record(case, e);
+        total += e;
+    }
+    total
+}
+
 /// Times `f` once in a fresh namespace (set up and torn down untimed).
 fn cold<F: FnMut(&Ns) -> Duration>(case: &str, iters: u64, mut f: F) -> Duration {
     let mut total = Duration::ZERO;
@@ -527,16 +541,9 @@ fn bench_size(c: &mut Criterion, n: usize) {
         let mut writes = 0;
         g.bench_function(name, |b| {
             b.iter_custom(|it| {
-                let mut total = Duration::ZERO;
-                for _ in 0..it {
-                    let t = Instant::now();
-                    let r = syncer.sync(&base, verify).expect("resync");
-                    let e = t.elapsed();
-                    writes += r.writes_sent;
-                    record(&case, e);
-                    total += e;
-                }
-                total
+                timed(&case, it, || {
+                    writes += syncer.sync(&base, verify).expect("resync").writes_sent;
+                })
             })
         });
         note(format!("{case}: {writes} write requests in all iterations"));
@@ -547,21 +554,15 @@ fn bench_size(c: &mut Criterion, n: usize) {
     let mut bad_writes = Vec::new();
     g.bench_function("resync/churn_1pct", |b| {
         b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
+            timed(&case, it, || {
                 flip = !flip;
                 let target = if flip { &churned } else { &base };
-                let t = Instant::now();
                 let r = syncer.sync(target, Verify::Services).expect("churn");
-                let e = t.elapsed();
                 assert!(r.is_ok());
                 if r.writes_sent != churn_changes(n) {
                     bad_writes.push(r.writes_sent);
                 }
-                record(&case, e);
-                total += e;
-            }
-            total
+            })
         })
     });
     note(format!(
@@ -573,75 +574,37 @@ fn bench_size(c: &mut Criterion, n: usize) {
     }
     let case = tag("resync/kube_proxy_pattern");
     g.bench_function("resync/kube_proxy_pattern", |b| {
-        b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
-                let t = Instant::now();
-                kube_proxy_resync(&h, &base);
-                let e = t.elapsed();
-                record(&case, e);
-                total += e;
-            }
-            total
-        })
+        b.iter_custom(|it| timed(&case, it, || kube_proxy_resync(&h, &base)))
     });
     let case = tag("read/proc_net_ip_vs");
     g.bench_function("read/proc_net_ip_vs", |b| {
         b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
-                let t = Instant::now();
+            timed(&case, it, || {
                 std::hint::black_box(read_proc(&ns));
-                let e = t.elapsed();
-                record(&case, e);
-                total += e;
-            }
-            total
+            })
         })
     });
     let case = tag("read/dumps");
     g.bench_function("read/dumps", |b| {
         b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
-                let t = Instant::now();
-                assert_eq!(read_dumps(&h), base.destination_count());
-                let e = t.elapsed();
-                record(&case, e);
-                total += e;
-            }
-            total
+            timed(&case, it, || {
+                assert_eq!(read_dumps(&h), base.destination_count())
+            })
         })
     });
     let case = tag("read/dumps_each");
     g.bench_function("read/dumps_each", |b| {
         b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
-                let t = Instant::now();
-                assert_eq!(read_each(&h), base.destination_count());
-                let e = t.elapsed();
-                record(&case, e);
-                total += e;
-            }
-            total
+            timed(&case, it, || {
+                assert_eq!(read_each(&h), base.destination_count())
+            })
         })
     });
     let mut raw = RawRead::new(&ns, &base);
     let case = tag("read/raw_dumps");
+    let want = (n, base.destination_count());
     g.bench_function("read/raw_dumps", |b| {
-        b.iter_custom(|it| {
-            let mut total = Duration::ZERO;
-            for _ in 0..it {
-                let t = Instant::now();
-                let got = raw.run();
-                let e = t.elapsed();
-                assert_eq!(got, (n, base.destination_count()));
-                record(&case, e);
-                total += e;
-            }
-            total
-        })
+        b.iter_custom(|it| timed(&case, it, || assert_eq!(raw.run(), want)))
     });
     // Verification, the kernel's floor of a complete netlink read and
     // /proc/net/ip_vs in turns, for ratios within each turn.

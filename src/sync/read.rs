@@ -68,12 +68,23 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
             *slot = Some(r);
         }
     })?;
-    out.into_iter()
+    in_key_order(out, keys, "list real servers of")
+}
+
+/// The values of `slots`, one per key; a key without one is
+/// [`Error::Lost`] (`what` followed by the key), never skipped.
+fn in_key_order<V>(
+    slots: Vec<Option<Result<V>>>,
+    keys: &[ServiceKey],
+    what: &str,
+) -> Result<Vec<V>> {
+    slots
+        .into_iter()
         .zip(keys)
         .map(|(r, key)| {
             r.unwrap_or_else(|| {
                 Err(Error::Lost {
-                    op: format!("list real servers of {key}"),
+                    op: format!("{what} {key}"),
                 })
             })
         })
@@ -164,14 +175,5 @@ fn per_key<D, V>(
     if let Some(e) = invalid {
         return Err(e);
     }
-    out.into_iter()
-        .zip(keys)
-        .map(|(r, key)| {
-            r.unwrap_or_else(|| {
-                Err(Error::Lost {
-                    op: format!("{what} {key}"),
-                })
-            })
-        })
-        .collect()
+    in_key_order(out, keys, what)
 }
