@@ -608,7 +608,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
     });
     // Verification, the kernel's floor of a complete netlink read and
     // /proc/net/ip_vs in turns, for ratios within each turn.
-    let turns: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 11 } else { 7 });
+    let turns = pairs;
     syncer.options_mut().read_sockets = 1;
     let mut full_raw = Vec::new();
     let mut raw_proc = Vec::new();
