@@ -191,7 +191,8 @@ fn list(
             let service = ipvs
                 .get_service(&key)
                 .map_err(|e| read_failure(KOp::GetService, &e))?;
-            let dests = dests_or_empty(ipvs, &key).map_err(|e| read_failure(KOp::GetDests, &e))?;
+            let dests = or_empty(ipvs.list_destinations(&key))
+                .map_err(|e| read_failure(KOp::GetDests, &e))?;
             format::title(out, f);
             format::service_entry(out, &mut Entry { service, dests }, f, namer);
             Ok(())
@@ -217,11 +218,10 @@ fn list(
 
 /// A service's destinations; a service that vanished since the service dump
 /// lists without any (ipvsadm's dump would come back empty too).
-fn dests_or_empty(
-    ipvs: &Handle,
-    key: &ServiceKey,
+fn or_empty(
+    dests: Result<Vec<ipvsctl::model::DestinationSnapshot>, Error>,
 ) -> Result<Vec<ipvsctl::model::DestinationSnapshot>, Error> {
-    match ipvs.list_destinations(key) {
+    match dests {
         Err(Error::ServiceNotFound { .. }) => Ok(Vec::new()),
         other => other,
     }
@@ -248,10 +248,7 @@ fn read_formatted(ipvs: &Handle, f: &Format, namer: &dyn Namer) -> Result<String
     let mut text = String::with_capacity(entries.len() * 512);
     let mut failed = None;
     ipvs.list_destinations_each(&keys, |index, dests| {
-        let dests = match dests {
-            // A service gone since the service dump lists without real
-            // servers (ipvsadm's dump would come back empty too).
-            Err(Error::ServiceNotFound { .. }) => Vec::new(),
+        let dests = match or_empty(dests) {
             Err(e) => {
                 failed.get_or_insert(e);
                 return;
