@@ -285,18 +285,20 @@ fn restore_from_stdin(
             1,
         )
     })?;
-    let rules = rules::parse_split(&text, program, services, read_sockets()).map_err(|e| {
+    // The table is built part by part while later parts are parsed. About
+    // 400 bytes of rules per service (a service and ten real servers) is a
+    // guess that only sizes the table's first allocation.
+    let mut table = restore::Table::with_capacity(text.len() / 400);
+    rules::parse_each(&text, program, services, read_sockets(), |rules| {
+        rules.iter().try_for_each(|rule| table.run(rule))
+    })
+    .map_err(|e| {
         Failure::new(
             format!("{program}: line {}: {}", e.line, e.error.message),
             2,
         )
     })?;
-    let desired = restore::desired(rules.iter().flatten()).map_err(|e| {
-        Failure::new(
-            format!("{program}: line {}: {}", e.line, e.error.message),
-            2,
-        )
-    })?;
+    let desired = table.finish();
 
     let state =
         restore::desired_state(&desired).map_err(|e| Failure::new(format!("{program}: {e}"), 2))?;

@@ -45,6 +45,7 @@ fn line_error(line: usize, message: &str) -> ParseError {
 /// Runs the rules on an empty table, in order, the way the kernel would
 /// (the same errors ipvsadm would print for the same line), and returns the
 /// table they leave.
+#[allow(dead_code)] // the tests' and the fuzz target's entry point
 pub fn desired<'a, R>(rules: R) -> Result<Desired, ParseError>
 where
     R: IntoIterator<Item = &'a Rule>,
@@ -55,55 +56,84 @@ where
         .clone()
         .filter(|r| matches!(r.command, Command::AddService(_)))
         .count();
-    let mut services: Vec<Option<ServiceState>> = Vec::with_capacity(adds);
-    let mut index: HashMap<ServiceKey, usize> = HashMap::with_capacity(adds);
-    // The service the previous line named: a rule file lists a service's
-    // real servers right after it, and comparing a key is much cheaper than
-    // hashing it (100,000 lookups in a 10,000-service restore).
-    let mut last: Option<(ServiceKey, usize)> = None;
-    let mut timeouts = None;
+    let mut table = Table::with_capacity(adds);
     for rule in rules {
-        let line = rule.line;
-        let mut find = |index: &HashMap<ServiceKey, usize>, key: &ServiceKey| match last {
-            Some((k, i)) if k == *key => Some(i),
+        table.run(rule)?;
+    }
+    Ok(table.finish())
+}
+
+/// A table being built from rules, one at a time (see [`desired`]), so
+/// that a restore can build it while later lines are still being parsed.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// Services in the order they were first added; `None` once deleted.
+    services: Vec<Option<ServiceState>>,
+    index: HashMap<ServiceKey, usize>,
+    /// The service the previous rule named: a rule file lists a service's
+    /// real servers right after it, and comparing a key is much cheaper
+    /// than hashing it (100,000 lookups in a 10,000-service restore).
+    last: Option<(ServiceKey, usize)>,
+    timeouts: Option<Timeouts>,
+}
+
+impl Table {
+    /// An empty table with room for `services` services.
+    pub fn with_capacity(services: usize) -> Self {
+        Table {
+            services: Vec::with_capacity(services),
+            index: HashMap::with_capacity(services),
+            ..Table::default()
+        }
+    }
+
+    /// The live service with this key.
+    fn find(&mut self, key: &ServiceKey) -> Option<&mut ServiceState> {
+        let i = match self.last {
+            Some((k, i)) if k == *key => i,
             _ => {
-                let i = index.get(key).copied()?;
-                last = Some((*key, i));
-                Some(i)
+                let i = self.index.get(key).copied()?;
+                self.last = Some((*key, i));
+                i
             }
         };
+        self.services.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// Runs one rule.
+    pub fn run(&mut self, rule: &Rule) -> Result<(), ParseError> {
+        let line = rule.line;
         match &rule.command {
             Command::AddService(vs) => {
-                if find(&index, &vs.key).is_some() {
+                if self.find(&vs.key).is_some() {
                     return Err(line_error(line, "Service already exists"));
                 }
-                index.insert(vs.key, services.len());
-                services.push(Some(ServiceState {
+                self.index.insert(vs.key, self.services.len());
+                self.services.push(Some(ServiceState {
                     service: vs.clone(),
                     servers: Vec::new(),
                 }));
             }
             Command::EditService(vs) => {
-                let slot = find(&index, &vs.key)
-                    .and_then(|i| services.get_mut(i))
-                    .and_then(Option::as_mut)
+                let slot = self
+                    .find(&vs.key)
                     .ok_or_else(|| line_error(line, "No such service"))?;
                 slot.service = vs.clone();
             }
             Command::DeleteService(key) => {
-                last = None;
-                let i = index
+                self.last = None;
+                let i = self
+                    .index
                     .remove(key)
                     .ok_or_else(|| line_error(line, "No such service"))?;
-                if let Some(slot) = services.get_mut(i) {
+                if let Some(slot) = self.services.get_mut(i) {
                     *slot = None;
                 }
             }
             Command::AddServer(key, rs) | Command::EditServer(key, rs) => {
                 let adding = matches!(rule.command, Command::AddServer(..));
-                let svc = find(&index, key)
-                    .and_then(|i| services.get_mut(i))
-                    .and_then(Option::as_mut)
+                let svc = self
+                    .find(key)
                     .ok_or_else(|| line_error(line, "Service not defined"))?;
                 let at = svc.servers.iter().position(|s| s.addr == rs.addr);
                 match (adding, at) {
@@ -118,9 +148,8 @@ where
                 }
             }
             Command::DeleteServer(key, addr) => {
-                let svc = find(&index, key)
-                    .and_then(|i| services.get_mut(i))
-                    .and_then(Option::as_mut)
+                let svc = self
+                    .find(key)
                     .ok_or_else(|| line_error(line, "Service not defined"))?;
                 let at = svc
                     .servers
@@ -130,11 +159,11 @@ where
                 svc.servers.remove(at);
             }
             Command::Clear => {
-                last = None;
-                services.clear();
-                index.clear();
+                self.last = None;
+                self.services.clear();
+                self.index.clear();
             }
-            Command::SetTimeouts(t) => timeouts = Some(*t),
+            Command::SetTimeouts(t) => self.timeouts = Some(*t),
             _ => {
                 return Err(line_error(
                     line,
@@ -142,11 +171,16 @@ where
                 ));
             }
         }
+        Ok(())
     }
-    Ok(Desired {
-        services: services.into_iter().flatten().collect(),
-        timeouts,
-    })
+
+    /// The table the rules left.
+    pub fn finish(self) -> Desired {
+        Desired {
+            services: self.services.into_iter().flatten().collect(),
+            timeouts: self.timeouts,
+        }
+    }
 }
 
 /// The rules' table as the bulk-sync desired state (which validates every
