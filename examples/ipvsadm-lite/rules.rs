@@ -82,7 +82,8 @@ pub enum ListWhat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RestoreOptions {
     /// `--clear-first`: ipvsadm's behaviour (`ipvsadm -C; ipvsadm -R`):
-    /// flush everything, then add the rules.
+    /// flush everything, then add the rules (slow after a large table: the
+    /// kernel's destination trash, README "Kernel facts").
     pub clear_first: bool,
     /// `--dry-run`: print the operations instead of applying them.
     pub dry_run: bool,
