@@ -802,6 +802,27 @@ fn batch_reports_every_operation() {
     assert_eq!(report.sent, n - 1);
     assert_eq!(h.list_destinations(&key).unwrap().len(), 200);
     assert_eq!(h.list_services().unwrap().len(), 2);
+    // Only the last request of a datagram asks for an ACK: when it fails,
+    // its error is the datagram's last answer, and the quiet requests before
+    // it succeeded.
+    let report = h.apply([
+        Op::AddDestination(key, RealServer::new(sa("10.244.7.251:80"))),
+        Op::DeleteDestination(key, sa("10.244.7.252:80")),
+        Op::AddDestination(key, RealServer::new(sa("10.244.7.253:80"))),
+        Op::AddDestination(key, RealServer::new(sa("10.244.7.1:80"))),
+    ]);
+    assert_eq!(report.succeeded, 2);
+    let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
+    assert_eq!(failed, vec![1, 3]);
+    assert!(matches!(
+        report.failed[0].1,
+        Error::DestinationNotFound { .. }
+    ));
+    assert!(matches!(
+        report.failed[1].1,
+        Error::DestinationExists { .. }
+    ));
+    assert_eq!(h.list_destinations(&key).unwrap().len(), 202);
     // Protocol numbers outside TCP/UDP/SCTP still round-trip.
     let odd = VirtualServer::new(ServiceKey::Addr {
         protocol: Protocol::Other(99),

@@ -54,8 +54,12 @@ impl Op {
 /// How a batch is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BatchMode {
-    /// Many requests per datagram, ACKs matched by sequence number (the
-    /// default).
+    /// Many requests per datagram, answers matched by sequence number (the
+    /// default). Only the last request of a datagram asks for an ACK: the
+    /// kernel answers the others only when they fail, and answers a
+    /// datagram's requests in order, so once the last one is answered every
+    /// earlier one without an answer succeeded (an overrun of the receive
+    /// buffer makes them [`Error::Lost`] instead).
     #[default]
     Pipelined,
     /// One request per round trip, the way other IPVS libraries work (for
@@ -67,7 +71,7 @@ pub enum BatchMode {
 /// `succeeded` or listed in `failed`.
 #[derive(Debug, Default)]
 pub struct BatchReport {
-    /// Operations the kernel acknowledged.
+    /// Operations the kernel carried out.
     pub succeeded: usize,
     /// Requests sent to the kernel (operations refused by validation are not
     /// sent).
@@ -118,6 +122,12 @@ impl Handle {
         let mut report = BatchReport::default();
         let mut invalid: Vec<(usize, Error)> = Vec::new();
         let mut answered = 0usize;
+        // Pipelined, a request is answered only on failure or as the last of
+        // its datagram (see `BatchMode::Pipelined`).
+        let kind = match mode {
+            BatchMode::Pipelined => Kind::Quiet,
+            BatchMode::OneByOne => Kind::Ack,
+        };
         // Operations are encoded lazily, as the exchange draws them, so a
         // batch of any size keeps one datagram's worth of requests in memory.
         // Invalid ones are set aside with their index and never sent.
@@ -128,7 +138,7 @@ impl Handle {
                 Ok(msg) => Some(Request {
                     index,
                     msg,
-                    kind: Kind::Ack,
+                    kind,
                     target: op.target(),
                 }),
                 Err(e) => {

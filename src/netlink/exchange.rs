@@ -11,12 +11,20 @@
 //! (`ENOBUFS`), or [`Failure::Unanswered`] when the kernel answered a later
 //! request of the same datagram but never this one, so nothing is silently
 //! lost and nothing waits for an answer that cannot come.
+//!
+//! A [`Kind::Quiet`] request asks for no ACK unless it is the last of its
+//! datagram: the kernel answers it only when it fails, and queues the
+//! answers of a datagram's requests in order before it starts the next, so
+//! once a later request of the datagram is answered, a quiet request without
+//! an answer succeeded (unless answers were dropped: then it is
+//! [`Failure::Lost`]). This spares the kernel an ACK message and the reader
+//! a receive per request.
 
 use std::collections::VecDeque;
 use std::io;
 
 use super::socket::{Datagram, GenlSocket};
-use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NlError};
+use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NlError};
 use crate::codec::{DecodeError, IpvsMessage};
 
 /// How a request is answered.
@@ -27,6 +35,12 @@ pub enum Kind {
     Ack,
     /// A dump (`NLM_F_DUMP`): data replies, then `NLMSG_DONE` or an error.
     Dump,
+    /// A "do" request without data replies that is answered only when it
+    /// fails (no `NLM_F_ACK`, except on the last request of a datagram):
+    /// for requests whose handler never returns `EINTR`, since netlink does
+    /// not answer that even as an error (see [`Failure::Unanswered`]) — the
+    /// service and real-server changes, not `DEL_DAEMON`.
+    Quiet,
 }
 
 /// Why a request failed.
@@ -158,12 +172,16 @@ impl<'a> Exchange<'a> {
             let first_seq = self.seq.wrapping_add(1);
             // Where the chunk's dump request starts in `buf`, to ask again.
             let mut dump_at = None;
+            // Where the chunk's last request starts: a quiet one asks for an
+            // ACK there, to close the datagram.
+            let mut last_at = 0;
             while let Some((index, (msg, kind, tag))) = carry.take().or_else(|| iter.next()) {
                 let before = buf.len();
                 let seq = self.seq.wrapping_add(1);
                 let flags = match kind {
                     Kind::Ack => NLM_F_ACK,
                     Kind::Dump => NLM_F_DUMP,
+                    Kind::Quiet => 0,
                 };
                 frame::encode_request(&mut buf, &msg, self.family, seq, flags)
                     .map_err(io::Error::other)?;
@@ -174,6 +192,7 @@ impl<'a> Exchange<'a> {
                     break;
                 }
                 *self.seq = seq;
+                last_at = before;
                 pending.push_back(Pending::new(index, tag, kind));
                 if kind == Kind::Dump {
                     dump_at = Some(before);
@@ -185,6 +204,9 @@ impl<'a> Exchange<'a> {
             }
             if pending.is_empty() {
                 return Ok(());
+            }
+            if pending.back().is_some_and(|p| p.kind == Kind::Quiet) {
+                frame::set_flags(&mut buf[last_at..], NLM_F_REQUEST | NLM_F_ACK);
             }
             self.sock.send(&buf)?;
             self.collect(first_seq, &mut pending, &mut decode)?;
@@ -291,18 +313,19 @@ impl<'a> Exchange<'a> {
                     continue; // a stale answer to an abandoned exchange
                 }
                 // Every earlier "do" request still open was handled without
-                // an answer (see `Failure::Unanswered`), unless answers were
-                // dropped: then its answer may have been one of them. Answers
-                // come in order, so each request is looked at once here.
+                // an answer: a quiet one succeeded, any other hit the
+                // `Failure::Unanswered` case; unless answers were dropped:
+                // then its answer may have been one of them. Answers come in
+                // order, so each request is looked at once here.
                 let below = settled_below.min(slot);
                 settled_below = settled_below.max(slot);
                 for earlier in pending.range_mut(below..slot) {
-                    if earlier.kind == Kind::Ack && earlier.done.is_none() {
-                        earlier.done = Some(Err(if draining {
-                            Failure::Lost
-                        } else {
-                            Failure::Unanswered
-                        }));
+                    if earlier.kind != Kind::Dump && earlier.done.is_none() {
+                        earlier.done = Some(match (draining, earlier.kind) {
+                            (true, _) => Err(Failure::Lost),
+                            (false, Kind::Quiet) => Ok(()),
+                            (false, _) => Err(Failure::Unanswered),
+                        });
                         open -= 1;
                     }
                 }
