@@ -289,7 +289,7 @@ fn restore_from_stdin(
     // 400 bytes of rules per service (a service and ten real servers) is a
     // guess that only sizes the table's first allocation.
     let mut table = restore::Table::with_capacity(text.len() / 400);
-    rules::parse_each(&text, program, services, read_sockets(), |rules| {
+    rules::parse_each(&text, program, services, cpus(), |rules| {
         rules.iter().try_for_each(|rule| table.run(rule))
     })
     .map_err(|e| {
@@ -307,7 +307,7 @@ fn restore_from_stdin(
     // over a few sockets in parallel.
     let options = SyncOptions {
         scope: Scope::All,
-        read_sockets: read_sockets(),
+        read_sockets: cpus(),
         ..SyncOptions::default()
     };
     let mut syncer = Syncer::with_options(ipvs, options);
@@ -374,8 +374,9 @@ fn restore_from_stdin(
     }
 }
 
-/// Sockets to read real servers with: one per CPU, at most 4.
-fn read_sockets() -> usize {
+/// Threads for the work that splits (parsing a rule file, reading real
+/// servers over several sockets): one per CPU, at most 4.
+fn cpus() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 4)
