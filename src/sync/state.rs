@@ -2,6 +2,7 @@
 //! and the state the kernel has, as read or remembered ([`Observed`]).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::SocketAddr;
 
 use crate::model::{
@@ -116,9 +117,10 @@ impl DesiredState {
         destinations: impl IntoIterator<Item = RealServer>,
     ) -> Result<(), DesiredError> {
         let key = service.key;
-        if self.index.contains_key(&key) {
+        // One hash of the key for the check and the insertion.
+        let Entry::Vacant(slot) = self.index.entry(key) else {
             return Err(DesiredError::DuplicateService { key });
-        }
+        };
         key.validate()
             .and_then(|()| service.validate())
             .map_err(|source| DesiredError::InvalidService { key, source })?;
@@ -137,7 +139,7 @@ impl DesiredState {
                 server: w[0].addr,
             });
         }
-        self.index.insert(key, self.services.len());
+        slot.insert(self.services.len());
         self.services.push(DesiredService { service, dests });
         Ok(())
     }
