@@ -23,3 +23,7 @@ pub mod sync;
 
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
 pub use netlink::netns::NetNs;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
