@@ -20,7 +20,7 @@ use std::process::Command;
 
 use ipvsctl::kmod::{
     self, Cause, CheckConfig, Compression, LoadFailure, LoadStep, LoadSuccess, Loader, Modprobe,
-    ModuleName, Report, Requirements, SchedulerProbe, Verdict,
+    ModuleName, Report, Requirements, Roots, SchedulerProbe, Verdict,
 };
 
 /// True in a machine that is thrown away after the test.
@@ -252,6 +252,7 @@ fn check_load_probe_and_explain_failures() {
     }
 
     if full {
+        outside_entries_are_refused(&dir, &plain, &req);
         compressed_copy(&dir, &plain, &req);
         load_the_rest();
     }
@@ -310,6 +311,48 @@ fn loads_and_autoload(req: &Requirements) {
     // ip_vs was already there: EEXIST, which counts as success.
     assert!(finit.contains(&("ip_vs", Err(17))), "{finit:?}");
     assert_eq!(label(&kmod::check(req), "ip_vs_wrr"), "loaded");
+}
+
+/// A `modules.dep` whose entry for ip_vs_lc names a good copy of it outside
+/// the modules directory: by absolute path, by `..`, and through a symbolic
+/// link inside the directory. The load is refused each time and the module
+/// stays unloaded.
+fn outside_entries_are_refused(dir: &Path, plain: &[u8], req: &Requirements) {
+    step("modules.dep entries outside the modules directory");
+    let copy = dir.join("outside").join("ip_vs_lc.ko");
+    fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    fs::write(&copy, plain).unwrap();
+    let release = CheckConfig::default().kernel_release().release;
+    let lib_modules = dir.join("lib").join("modules");
+    let modules_dir = lib_modules.join(&release);
+    fs::create_dir_all(modules_dir.join("kernel")).unwrap();
+    fs::write(modules_dir.join("modules.builtin"), "").unwrap();
+    std::os::unix::fs::symlink(&copy, modules_dir.join("kernel/ip_vs_lc.ko")).unwrap();
+    // The running system's /proc and /sys, a hostile modules tree.
+    let cfg = CheckConfig {
+        roots: Roots {
+            lib_modules,
+            ..Roots::default()
+        },
+        release: None,
+    };
+    for entry in [
+        copy.display().to_string(),
+        "../../../outside/ip_vs_lc.ko".to_owned(),
+        "kernel/ip_vs_lc.ko".to_owned(),
+    ] {
+        fs::write(modules_dir.join("modules.dep"), format!("{entry}:\n")).unwrap();
+        let out = kmod::finit_load(&name("ip_vs_lc"), &cfg);
+        println!("{entry}: {out}");
+        assert_eq!(label(&kmod::check(req), "ip_vs_lc"), "loadable", "{out}");
+        assert!(out.steps.is_empty(), "{out}");
+        match &out.result {
+            Err(LoadFailure::OutsideModulesDir { entry: named, .. }) => {
+                assert_eq!(named, Path::new(&entry), "{out}")
+            }
+            _ => panic!("{out}"),
+        }
+    }
 }
 
 /// An xz-compressed copy through finit_module with

@@ -146,12 +146,7 @@ fn explanations_say_what_to_do() {
 fn nonexistent_modprobe_is_not_installed() {
     let d = Dir::new("nomp");
     let program = d.0.join("no-such-modprobe");
-    let out = kmod::modprobe(
-        &name("ip_vs"),
-        &Modprobe {
-            program: Some(program.clone()),
-        },
-    );
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(program.clone()).unwrap());
     let Err(failure) = &out.result else {
         panic!("unexpected {out}");
     };
@@ -191,12 +186,7 @@ fn modprobe_output_is_kept_in_full_and_explained() {
          echo 'second line' >&2\n\
          exit 1",
     );
-    let out = kmod::modprobe(
-        &name("ip-vs-rr"),
-        &Modprobe {
-            program: Some(program.clone()),
-        },
-    );
+    let out = kmod::modprobe(&name("ip-vs-rr"), &Modprobe::at(program.clone()).unwrap());
     let Err(LoadFailure::Modprobe { run, cause }) = &out.result else {
         panic!("unexpected {out}");
     };
@@ -236,12 +226,7 @@ fn a_busy_program_file_is_run_once_it_is_free() {
         std::thread::sleep(std::time::Duration::from_millis(40));
         drop(file);
     });
-    let out = kmod::modprobe(
-        &name("ip_vs"),
-        &Modprobe {
-            program: Some(path),
-        },
-    );
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(path).unwrap());
     writer.join().unwrap();
     assert_eq!(out.result, Ok(LoadSuccess::Loaded), "{out}");
 }
@@ -253,18 +238,13 @@ fn modprobe_permission_and_success() {
         "denied",
         "echo \"modprobe: ERROR: could not insert 'ip_vs': Operation not permitted\" >&2; exit 1",
     );
-    let out = kmod::modprobe(
-        &name("ip_vs"),
-        &Modprobe {
-            program: Some(denied),
-        },
-    );
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(denied).unwrap());
     let failure = out.result.unwrap_err();
     assert_eq!(failure.cause(), Cause::NotPermitted);
     assert!(failure.explanation().contains("CAP_SYS_MODULE"));
 
     let ok = d.script("ok", "exit 0");
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(ok) });
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(ok).unwrap());
     assert_eq!(out.result, Ok(LoadSuccess::Loaded));
 }
 
@@ -274,7 +254,7 @@ fn modprobe_that_cannot_be_executed() {
     let p = d.0.join("modprobe");
     fs::write(&p, "not a program").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(p) });
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(p).unwrap());
     match out.result {
         Err(LoadFailure::Spawn { errno, .. }) => assert_eq!(errno, Some(13)), // EACCES
         r => panic!("unexpected {r:?}"),

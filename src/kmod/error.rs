@@ -25,6 +25,14 @@ pub enum KmodError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A `modprobe` program named by a path that is not absolute.
+    #[error("invalid modprobe program {path:?}: {reason}")]
+    InvalidModprobePath {
+        /// The path as given.
+        path: std::path::PathBuf,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A generic netlink family name longer than the kernel allows (15
     /// bytes), or empty.
     #[error("invalid generic netlink family name {0:?}: 1 to 15 bytes")]

@@ -34,6 +34,8 @@ pub enum Cause {
     CompressionUnsupported,
     /// `ENOSYS`: the kernel has no loadable module support.
     NoModuleSupport,
+    /// `modules.dep` names a file outside its modules directory.
+    OutsideModulesDir,
     /// Anything else.
     Other,
 }
@@ -157,6 +159,12 @@ impl Cause {
             }
             Cause::NoModuleSupport => {
                 "the kernel was built without loadable module support: IPVS must be built in."
+            }
+            Cause::OutsideModulesDir => {
+                "modules.dep names a module file outside its modules directory (an absolute \
+                 path elsewhere, a \"..\" that climbs out, or a symbolic link to elsewhere). \
+                 depmod writes no such entry: find out what wrote this modules.dep, then \
+                 regenerate it with depmod for this release."
             }
             Cause::Other => {
                 "the loader failed for a reason not recognised here: see its output above and \

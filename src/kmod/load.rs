@@ -11,6 +11,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use rustix::io::Errno;
 
 use super::check::{Verdict, check_with};
+use super::confine::{Escape, ModulesDir, Refusal};
+use super::error::KmodError;
 use super::evidence::Evidence;
 use super::explain::Cause;
 use super::modules_dep::{Compression, ModuleFile, module_name_of_path};
@@ -22,23 +24,67 @@ use super::roots::CheckConfig;
 /// the kernel decompresses the file itself.
 pub const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
 
-/// Where `modprobe` is looked for when no program is given: the `PATH`,
-/// then the usual places, which a container's `PATH` may lack.
-pub const MODPROBE_CANDIDATES: [&str; 3] = ["modprobe", "/usr/sbin/modprobe", "/sbin/modprobe"];
+/// Where `modprobe` is looked for when no program is given, in this order:
+/// the kernel's own default (`CONFIG_MODPROBE_PATH`) and the place of older
+/// Debian, Alpine and busybox images; merged-/usr Debian, Ubuntu, Fedora and
+/// RHEL; Arch; an image with only `/bin`; NixOS. Never through `PATH`.
+pub const MODPROBE_CANDIDATES: [&str; 5] = [
+    "/sbin/modprobe",
+    "/usr/sbin/modprobe",
+    "/usr/bin/modprobe",
+    "/bin/modprobe",
+    "/run/current-system/sw/bin/modprobe",
+];
 
-/// How to run `modprobe`.
+/// The whole environment `modprobe` runs with: what the kernel gives the
+/// `modprobe` it starts itself to load a module, and the C locale, whose
+/// messages [`Cause::from_loader_output`] reads. Nothing is inherited, so
+/// no `MODPROBE_OPTIONS`, `LD_PRELOAD` or `PATH` of the caller's reaches it.
+pub const MODPROBE_ENVIRONMENT: [(&str, &str); 4] = [
+    ("HOME", "/"),
+    ("TERM", "linux"),
+    ("PATH", "/sbin:/usr/sbin:/bin:/usr/bin"),
+    ("LC_ALL", "C"),
+];
+
+/// Which `modprobe` program to run: the first of [`MODPROBE_CANDIDATES`]
+/// that exists (the default), or one the caller names by absolute path.
 ///
 /// ```
-/// use ipvsctl::kmod::Modprobe;
+/// use ipvsctl::kmod::{KmodError, Modprobe};
 ///
-/// let custom = Modprobe { program: Some("/opt/kmod/bin/modprobe".into()) };
-/// assert!(Modprobe::default().program.is_none());
-/// # let _ = custom;
+/// let custom = Modprobe::at("/opt/kmod/bin/modprobe")?;
+/// assert_eq!(custom.program(), Some("/opt/kmod/bin/modprobe".as_ref()));
+/// assert_eq!(Modprobe::default().program(), None);
+/// // A bare name would be looked up through PATH: refused.
+/// assert!(matches!(Modprobe::at("modprobe"), Err(KmodError::InvalidModprobePath { .. })));
+/// # Ok::<(), KmodError>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Modprobe {
-    /// The program to run. `None` tries [`MODPROBE_CANDIDATES`] in order.
-    pub program: Option<PathBuf>,
+    program: Option<PathBuf>,
+}
+
+impl Modprobe {
+    /// Runs the program at `path`, which must be absolute.
+    pub fn at(path: impl Into<PathBuf>) -> Result<Self, KmodError> {
+        let path = path.into();
+        if !path.is_absolute() {
+            return Err(KmodError::InvalidModprobePath {
+                path,
+                reason: "not an absolute path (it would be looked up through PATH or the \
+                         working directory)",
+            });
+        }
+        Ok(Modprobe {
+            program: Some(path),
+        })
+    }
+
+    /// The program the caller named; `None` for the usual places.
+    pub fn program(&self) -> Option<&Path> {
+        self.program.as_deref()
+    }
 }
 
 /// Which loader [`load_needed`] uses.
@@ -280,6 +326,25 @@ pub enum LoadFailure {
         /// The classified errno.
         cause: Cause,
     },
+    /// A `modules.dep` entry of the module's chain names a file outside the
+    /// modules directory the check read. Refused before any file of the
+    /// chain was opened: nothing was loaded.
+    #[error(
+        "modules.dep entry {} (module {module}) is outside {}: {escape}; refused, nothing loaded",
+        .entry.display(),
+        .modules_dir.display()
+    )]
+    OutsideModulesDir {
+        /// The module whose file the entry is (the one asked for, or a
+        /// dependency).
+        module: String,
+        /// The entry as `modules.dep` writes it.
+        entry: PathBuf,
+        /// The modules directory the check read.
+        modules_dir: PathBuf,
+        /// How the entry leads out of it.
+        escape: Escape,
+    },
     /// The check found no file for the module, so `finit_module` has
     /// nothing to load.
     #[error("{module} is not loadable: {}", join_evidence(.evidence))]
@@ -319,6 +384,7 @@ impl LoadFailure {
             | LoadFailure::FinitModule { cause, .. }
             | LoadFailure::Open { cause, .. } => *cause,
             LoadFailure::NotLoadable { .. } => Cause::NotFound,
+            LoadFailure::OutsideModulesDir { .. } => Cause::OutsideModulesDir,
         }
     }
 
@@ -360,10 +426,7 @@ impl LoadFailure {
 /// ```
 /// use ipvsctl::kmod::{self, Cause, Modprobe, ModuleName};
 ///
-/// let out = kmod::modprobe(
-///     &ModuleName::new("ip_vs")?,
-///     &Modprobe { program: Some("/nonexistent/modprobe".into()) },
-/// );
+/// let out = kmod::modprobe(&ModuleName::new("ip_vs")?, &Modprobe::at("/nonexistent/modprobe")?);
 /// assert!(!out.is_ok());
 /// assert_eq!(out.result.as_ref().unwrap_err().cause(), Cause::ModprobeNotInstalled);
 /// assert!(out.to_string().contains("modprobe not installed"));
@@ -426,8 +489,17 @@ fn output_unless_busy(cmd: &mut Command) -> io::Result<std::process::Output> {
     cmd.output()
 }
 
-/// Runs `modprobe -- <module>` with `LC_ALL=C`, keeping its exit status,
-/// standard output and standard error in full.
+/// Runs `modprobe -- <module>`, keeping its exit status, standard output
+/// and standard error in full.
+///
+/// The program is the one [`Modprobe`] names by absolute path, or the first
+/// of [`MODPROBE_CANDIDATES`] that exists; `PATH` is never searched. It runs
+/// with [`MODPROBE_ENVIRONMENT`] and nothing else of this process's
+/// environment, in `/`, with standard input from `/dev/null`. (`modprobe`
+/// runs as root and obeys `MODPROBE_OPTIONS`, whose `-C DIR` could name
+/// configuration with `install` commands, and the dynamic loader obeys
+/// `LD_PRELOAD`: neither may come from whoever set this process's
+/// environment.)
 ///
 /// ```no_run
 /// use ipvsctl::kmod::{self, Modprobe, ModuleName};
@@ -449,7 +521,9 @@ pub fn modprobe(module: &ModuleName, opts: &Modprobe) -> LoadOutcome {
         let out = output_unless_busy(
             Command::new(program)
                 .args(&args)
-                .env("LC_ALL", "C")
+                .env_clear()
+                .envs(MODPROBE_ENVIRONMENT)
+                .current_dir("/")
                 .stdin(Stdio::null()),
         );
         match out {
@@ -507,6 +581,13 @@ pub fn modprobe(module: &ModuleName, opts: &Modprobe) -> LoadOutcome {
 /// Loads a module with `finit_module(2)`, dependencies first, using the
 /// `modules.dep` of `cfg`'s roots and release. No program is needed.
 ///
+/// Only files inside that release's modules directory are loaded: before
+/// any file is opened, every file of the chain is checked, and an entry
+/// that is an absolute path elsewhere, climbs out with `..`, or resolves
+/// through a symbolic link to a file elsewhere fails the whole load with
+/// [`LoadFailure::OutsideModulesDir`]. Files are opened by their resolved
+/// path, without following a symbolic link.
+///
 /// ```no_run
 /// use ipvsctl::kmod::{self, CheckConfig, ModuleName};
 ///
@@ -520,7 +601,7 @@ pub fn finit_load(module: &ModuleName, cfg: &CheckConfig) -> LoadOutcome {
         Ok(req) => {
             let report = check_with(&req, cfg);
             match report.modules.first() {
-                Some(status) => finit_verdict(module, &status.verdict),
+                Some(status) => finit_verdict(module, &status.verdict, &report.modules_dir),
                 None => not_loadable(module, Vec::new()),
             }
         }
@@ -555,7 +636,7 @@ pub fn load_needed(report: &Report, loader: &Loader) -> Vec<LoadOutcome> {
             }
             match loader {
                 Loader::Modprobe(opts) => modprobe(&m.module, opts),
-                Loader::FinitModule => finit_verdict(&m.module, &m.verdict),
+                Loader::FinitModule => finit_verdict(&m.module, &m.verdict, &report.modules_dir),
             }
         })
         .collect()
@@ -572,7 +653,7 @@ fn not_loadable(module: &ModuleName, evidence: Vec<Evidence>) -> LoadOutcome {
     }
 }
 
-fn finit_verdict(module: &ModuleName, verdict: &Verdict) -> LoadOutcome {
+fn finit_verdict(module: &ModuleName, verdict: &Verdict, modules_dir: &Path) -> LoadOutcome {
     match verdict {
         Verdict::BuiltIn { .. } | Verdict::Loaded { .. } => LoadOutcome {
             target: module.to_string(),
@@ -592,7 +673,45 @@ fn finit_verdict(module: &ModuleName, verdict: &Verdict) -> LoadOutcome {
                 path: path.clone(),
                 compression: *compression,
             });
-            finit_files(module.to_string(), &files)
+            match confine_all(modules_dir, files) {
+                Ok(files) => finit_files(module.to_string(), &files, open_confined),
+                Err((file_of, refusal)) => refused(module, modules_dir, file_of, refusal),
+            }
+        }
+    }
+}
+
+/// `files` with their real paths, if every one is inside `modules_dir`;
+/// else the first that is not (by module name) and why. Opens no file.
+fn confine_all(
+    modules_dir: &Path,
+    files: Vec<ModuleFile>,
+) -> Result<Vec<ModuleFile>, (String, Refusal)> {
+    let dir = ModulesDir::new(modules_dir).map_err(|r| (String::new(), r))?;
+    files
+        .into_iter()
+        .map(|file| match dir.confine(&file.path) {
+            Ok(real) => Ok(ModuleFile { path: real, ..file }),
+            Err(r) => Err((file.name, r)),
+        })
+        .collect()
+}
+
+/// The outcome of a load that [`confine_all`] stopped before it began.
+fn refused(module: &ModuleName, modules_dir: &Path, file_of: String, r: Refusal) -> LoadOutcome {
+    match r {
+        Refusal::Outside { entry, escape } => LoadOutcome {
+            target: module.to_string(),
+            steps: Vec::new(),
+            result: Err(LoadFailure::OutsideModulesDir {
+                module: file_of,
+                entry,
+                modules_dir: modules_dir.to_path_buf(),
+                escape,
+            }),
+        },
+        Refusal::Unresolvable { path, error } => {
+            open_failed(module.to_string(), Vec::new(), &path, &error)
         }
     }
 }
@@ -617,32 +736,54 @@ pub fn finit_file(path: &Path) -> LoadOutcome {
             path: path.to_path_buf(),
             compression,
         }],
+        |path| File::open(path),
     )
 }
 
-fn finit_files(target: String, files: &[ModuleFile]) -> LoadOutcome {
+/// Opens a file whose path has been resolved, refusing a symbolic link
+/// put in its place since.
+fn open_confined(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as c_int)
+        .open(path)
+}
+
+fn open_failed(
+    target: String,
+    mut steps: Vec<LoadStep>,
+    path: &Path,
+    e: &io::Error,
+) -> LoadOutcome {
+    let errno = e.raw_os_error();
+    steps.push(LoadStep::OpenFailed {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+        errno,
+    });
+    LoadOutcome {
+        target,
+        steps,
+        result: Err(LoadFailure::Open {
+            path: path.to_path_buf(),
+            error: e.to_string(),
+            cause: errno.map_or(Cause::Other, Cause::from_errno),
+        }),
+    }
+}
+
+fn finit_files(
+    target: String,
+    files: &[ModuleFile],
+    open: fn(&Path) -> io::Result<File>,
+) -> LoadOutcome {
     let mut steps = Vec::new();
     let mut last = Ok(LoadSuccess::Loaded);
     for file in files {
-        let file_handle = match File::open(&file.path) {
+        let file_handle = match open(&file.path) {
             Ok(f) => f,
-            Err(e) => {
-                let errno = e.raw_os_error();
-                steps.push(LoadStep::OpenFailed {
-                    path: file.path.clone(),
-                    error: e.to_string(),
-                    errno,
-                });
-                return LoadOutcome {
-                    target,
-                    steps,
-                    result: Err(LoadFailure::Open {
-                        path: file.path.clone(),
-                        error: e.to_string(),
-                        cause: errno.map_or(Cause::Other, Cause::from_errno),
-                    }),
-                };
-            }
+            Err(e) => return open_failed(target, steps, &file.path, &e),
         };
         let flags = if file.compression == Compression::None {
             0

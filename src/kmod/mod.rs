@@ -35,6 +35,34 @@
 //! found while testing"). For those two, [`probe_scheduler`] is safe only
 //! once the module is loaded.
 //!
+//! ## What the load step runs, and what it refuses
+//!
+//! Loading modules needs root (`CAP_SYS_MODULE`), so the load step takes
+//! nothing from the caller's environment that could make it run or load
+//! something else:
+//!
+//! - [`modprobe`] runs a program named by absolute path: the one given with
+//!   [`Modprobe::at`] (a relative path is refused with
+//!   [`KmodError::InvalidModprobePath`]), or the first of
+//!   [`MODPROBE_CANDIDATES`] that exists. `PATH` is never searched.
+//! - It runs with [`MODPROBE_ENVIRONMENT`] only (`HOME=/`, `TERM=linux`,
+//!   `PATH=/sbin:/usr/sbin:/bin:/usr/bin`, as the kernel starts `modprobe`
+//!   itself, and `LC_ALL=C`), in `/`, with standard input from `/dev/null`:
+//!   no `MODPROBE_OPTIONS` (whose `-C DIR` could bring `install` commands),
+//!   no `LD_PRELOAD`, no `PATH` of the caller's.
+//! - [`finit_load`] and [`load_needed`] with [`Loader::FinitModule`] load
+//!   only files inside the modules directory the check read. A
+//!   `modules.dep` entry that is an absolute path elsewhere, climbs out with
+//!   `..`, or resolves through a symbolic link to a file elsewhere fails
+//!   the load with [`LoadFailure::OutsideModulesDir`], naming the entry,
+//!   before any file of the chain is opened: nothing is loaded. Files are
+//!   opened by their resolved path, without following a symbolic link. This
+//!   trusts the modules directory itself (whoever can write there can put a
+//!   module in it), not the paths its `modules.dep` names. On NixOS, whose
+//!   module trees are symbolic links into the Nix store, load with
+//!   [`modprobe`] instead.
+//! - [`finit_file`] loads the one file the caller names, as `insmod` does.
+//!
 //! [`Requirements::default`] asks for `ip_vs`, `ip_vs_rr`, `ip_vs_wrr`,
 //! `ip_vs_sh` and `nf_conntrack`, what kube-proxy in IPVS mode needs.
 //!
@@ -57,6 +85,7 @@
 //! one-line reason.
 
 mod check;
+mod confine;
 mod error;
 mod evidence;
 mod explain;
@@ -68,12 +97,14 @@ mod report;
 mod roots;
 
 pub use check::{ModuleStatus, Verdict, check, check_with};
+pub use confine::Escape;
 pub use error::KmodError;
 pub use evidence::Evidence;
 pub use explain::Cause;
 pub use load::{
     CommandRun, LoadFailure, LoadOutcome, LoadStep, LoadSuccess, Loader, MODPROBE_CANDIDATES,
-    MODULE_INIT_COMPRESSED_FILE, Modprobe, finit_file, finit_load, load_needed, modprobe,
+    MODPROBE_ENVIRONMENT, MODULE_INIT_COMPRESSED_FILE, Modprobe, finit_file, finit_load,
+    load_needed, modprobe,
 };
 pub use modules_dep::{Compression, DepEntry, ModuleFile, ModulesDep, module_name_of_path};
 pub use name::{
