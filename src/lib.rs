@@ -1,15 +1,110 @@
 //! # ipvsctl
 //!
-//! Control Linux IPVS, the kernel's layer-4 load balancer, over generic netlink.
+//! Control Linux IPVS, the kernel's layer-4 load balancer, over generic
+//! netlink: typed models, a sans-IO codec, a handle for every `ipvsadm`
+//! operation, and bulk sync of whole tables for kube-proxy-style node agents.
 //!
-//! The crate is layered so that data flows one way:
+//! Linux only. Talking to IPVS needs `CAP_NET_ADMIN` in the initial user
+//! namespace (in practice: root). The behaviour is tested against the real
+//! kernel IPVS of Debian's Linux 6.1 and 6.12, and the examples'
+//! `ipvsadm-lite` against Debian's `ipvsadm` 1.31.
 //!
-//! * [`model`] — plain data and validation, no I/O.
-//! * [`codec`] — model ⇄ generic-netlink messages, pure (sans-IO).
-//! * [`netlink`] — the socket: family resolution, sequence numbers, batching, namespaces.
-//! * `handle` — the public operations built from codec + netlink.
-//! * [`sync`] — plan (pure diff) and apply (executor) for bulk reconciliation.
-//! * [`nodeips`], [`kmod`] — host-facing helpers.
+//! # Layers
+//!
+//! Data flows one way; each layer uses only the ones above it:
+//!
+//! 1. [`model`]: plain data (virtual servers, real servers, timeouts, sync
+//!    daemons) and its validation, no I/O. Bad values get a typed error
+//!    naming the field and the reason before anything is sent.
+//! 2. [`codec`]: model values to and from IPVS generic-netlink messages,
+//!    pure (sans-IO), so it can be tested and fuzzed without a kernel.
+//! 3. [`netlink`]: the socket: family resolution, sequence numbers,
+//!    pipelined batches, bounded waits, network namespaces ([`NetNs`]).
+//! 4. [`Handle`]: the operations, codec and netlink put together: add, edit,
+//!    delete and list services and real servers, timeouts, sync daemons,
+//!    counters, flush, and pipelined batches ([`Handle::apply`]).
+//! 5. [`sync`]: make the kernel's table equal to a desired state:
+//!    [`DesiredState`](sync::DesiredState) (validated on insertion), a pure
+//!    [`plan`](sync::plan()), and a [`Syncer`](sync::Syncer) that applies it
+//!    pipelined, remembers what the kernel acknowledged and only touches the
+//!    services it owns ([`Scope`](sync::Scope)).
+//!
+//! Beside them, for the host a load balancer runs on:
+//!
+//! * [`nodeips`]: the addresses of every interface that is up (the node IPs
+//!   NodePort services listen on) in one link and one address dump, with a
+//!   per-interface explanation when none is found
+//!   ([`node_ips`](nodeips::node_ips)).
+//! * [`kmod`]: which IPVS kernel modules are built in, loaded, loadable or
+//!   missing, and why ([`check`](kmod::check)); loading them on request.
+//!
+//! # Example
+//!
+//! One service and one real server, one call each (as `ipvsadm -A` and
+//! `ipvsadm -a` would), the table read back (as `ipvsadm -Ln`), then a
+//! whole table of a hundred services made to exist with one sync:
+//!
+//! ```no_run
+//! use ipvsctl::Handle;
+//! use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
+//! use ipvsctl::sync::{DesiredState, Syncer, Verify};
+//!
+//! let ipvs = Handle::new()?;
+//!
+//! let web = ServiceKey::tcp("192.0.2.10:80".parse()?);
+//! ipvs.add_service(&VirtualServer::new(web).with_scheduler(Scheduler::RoundRobin))?;
+//! let backend = RealServer::new("198.51.100.1:8080".parse()?).with_forward(ForwardMethod::Masquerade);
+//! ipvs.add_destination(&web, &backend)?;
+//!
+//! for snapshot in ipvs.list_services()? {
+//!     let service = &snapshot.service;
+//!     println!("{} {}", service.key, service.scheduler);
+//!     for dest in ipvs.list_destinations(&service.key)? {
+//!         println!("  -> {} {} weight {}", dest.server.addr, dest.server.forward, dest.server.weight);
+//!     }
+//! }
+//!
+//! // The complete set of services this agent wants, each with its real servers.
+//! let mut desired = DesiredState::new();
+//! for i in 1..=100u8 {
+//!     let key = ServiceKey::tcp(format!("10.96.0.{i}:80").parse()?);
+//!     let servers = (1..=3u8).map(|j| {
+//!         let addr = format!("10.244.{i}.{j}:8080").parse().expect("a valid address");
+//!         RealServer::new(addr).with_forward(ForwardMethod::Masquerade)
+//!     });
+//!     desired.insert(VirtualServer::new(key), servers)?;
+//! }
+//! let mut syncer = Syncer::new(&ipvs);
+//! let report = syncer.sync(&desired, Verify::Services)?;
+//! assert!(report.is_ok(), "{:?}", report.failed);
+//! println!("{} services added in {} writes", report.services.added, report.writes_sent);
+//! // 192.0.2.10:80 was never given to the syncer, so the sync left it alone.
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Defaults and options
+//!
+//! Where `ipvsadm`, kube-proxy or the kernel does a thing, this crate does
+//! the same by default ([`VirtualServer::new`](model::VirtualServer::new) has
+//! `ipvsadm`'s defaults, [`RealServer::new`](model::RealServer::new) routes
+//! directly with weight 1 as `ipvsadm -a` does); going further is an explicit
+//! option. Nothing is deleted that the caller did not say is theirs: a
+//! [`Syncer`](sync::Syncer) deletes only services it was given, unless told
+//! otherwise ([`Scope`](sync::Scope)).
+//!
+//! # Features
+//!
+//! * `serde`: `Serialize` and `Deserialize` for the model types (desired
+//!   states read from files; the `mini-proxy` example uses it).
+//! * `arbitrary`: `arbitrary::Arbitrary` for the model types, for fuzzing.
+//!
+//! # More
+//!
+//! The repository's README covers the kernel facts found while testing,
+//! the examples (`ipvsadm-lite`, a drop-in for `ipvsadm` 1.31, and
+//! `mini-proxy`, a small service proxy), testing against real kernels and
+//! fuzzing. Measured figures, with how and on which kernel they were taken,
+//! are in `docs/performance.md`.
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 

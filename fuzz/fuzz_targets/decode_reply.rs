@@ -1,9 +1,9 @@
 //! Any bytes as an IPVS generic-netlink reply: datagrams (dump streams, ACKs, errors with extended ACK) and message bodies, through every reply decoder.
-//! The check is `checks::decode_reply` (fuzz/checks.rs), shared with the corpus replay
+//! The check is `checks::decode_reply` (tests/fuzz/checks.rs), shared with the corpus replay
 //! test (tests/fuzz_replay.rs).
 #![no_main]
 
-#[path = "../checks.rs"]
+#[path = "../../tests/fuzz/checks.rs"]
 mod checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

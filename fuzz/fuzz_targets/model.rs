@@ -1,9 +1,9 @@
 //! Arbitrary model values: validation, the request builders and batch operations, and the codec round trip of every valid value.
-//! The check is `checks::model` (fuzz/checks.rs), shared with the corpus replay
+//! The check is `checks::model` (tests/fuzz/checks.rs), shared with the corpus replay
 //! test (tests/fuzz_replay.rs).
 #![no_main]
 
-#[path = "../checks.rs"]
+#[path = "../../tests/fuzz/checks.rs"]
 mod checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

@@ -1,9 +1,9 @@
 //! Decode, encode, decode: what decodes re-encodes to bytes that decode to the same message, and model values decoded from it survive the request builders.
-//! The check is `checks::roundtrip` (fuzz/checks.rs), shared with the corpus replay
+//! The check is `checks::roundtrip` (tests/fuzz/checks.rs), shared with the corpus replay
 //! test (tests/fuzz_replay.rs).
 #![no_main]
 
-#[path = "../checks.rs"]
+#[path = "../../tests/fuzz/checks.rs"]
 mod checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

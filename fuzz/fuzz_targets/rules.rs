@@ -1,10 +1,10 @@
 //! Any text as an `ipvsadm -S` rule file, through the parser and the `-R`
 //! table of examples/ipvsadm-lite, and back through rule lines. The check is
-//! `checks::rules` (fuzz/checks.rs), shared with the corpus replay test
+//! `checks::rules` (tests/fuzz/checks.rs), shared with the corpus replay test
 //! (tests/fuzz_replay.rs).
 #![no_main]
 
-#[path = "../checks.rs"]
+#[path = "../../tests/fuzz/checks.rs"]
 mod checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

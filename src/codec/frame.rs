@@ -426,7 +426,7 @@ mod tests {
     fn refuses_attributes_longer_than_their_length_field() {
         // 16-bit attribute lengths: a longer attribute used to panic (with
         // overflow checks) or be written with a truncated length, making a
-        // request that says something else (fuzz/regressions/roundtrip/).
+        // request that says something else (tests/fuzz/regressions/roundtrip/).
         use crate::codec::attr::{IpvsAttr, ServiceAttr};
         let long = IpvsMessage::new(
             IpvsCmd::NewService,

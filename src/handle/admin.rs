@@ -26,9 +26,9 @@ impl Handle {
     /// The kernel keeps the deleted real servers in the namespace's
     /// destination trash for two to three minutes, and every real server
     /// added meanwhile walks that list: re-adding a large table right after
-    /// a flush is many times slower than adding it to an empty namespace
-    /// (measured: 20,000 real servers in 5.6 s instead of 1.0 s, 100,000 in
-    /// 130 s instead of 2.9 s). To replace a table, sync to the new one
+    /// a flush is many times slower than adding it to an empty namespace,
+    /// and the gap grows with the table (figures in `docs/performance.md` in
+    /// the repository). To replace a table, sync to the new one
     /// ([`crate::sync::Syncer`]) instead of flushing first.
     pub fn flush(&self) -> Result<()> {
         self.call(request::flush(), Kind::Ack, Target::Global)

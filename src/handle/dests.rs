@@ -72,14 +72,13 @@ impl Handle {
     ///
     /// Above a few dozen services a helper thread talks to the kernel while
     /// this thread decodes the answers and runs `each`, so the library's
-    /// work and the caller's hide behind the kernel's (in the QEMU guest a
-    /// read of 1,000 or 10,000 services x 10 real servers took about 0.8x
-    /// the time of a loop over [`Handle::list_destinations`]; the kernel's
-    /// own work is most of what is left). The helper never waits for
-    /// `each`: answers not yet handed over are queued, so a slow `each`
-    /// holds at most the whole answer in memory. `each` may use the handle,
-    /// but a call on the handle's main socket waits until every dump is
-    /// read.
+    /// work and the caller's hide behind the kernel's, and a large read
+    /// takes less time than a loop over [`Handle::list_destinations`]
+    /// (figures in `docs/performance.md` in the repository). The helper
+    /// never waits for `each`: answers not yet handed over are queued, so a
+    /// slow `each` holds at most the whole answer in memory. `each` may use
+    /// the handle, but a call on the handle's main socket waits until every
+    /// dump is read.
     ///
     /// Returns early only when the socket itself fails; then the services not
     /// yet reported have no result.

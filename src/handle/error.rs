@@ -238,7 +238,8 @@ impl Error {
         }
     }
 
-    /// Whether this says the virtual server does not exist.
+    /// Whether this says the virtual server or the real server does not
+    /// exist.
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,

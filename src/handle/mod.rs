@@ -2,18 +2,8 @@
 //! second one, opened on first use, for dumps of the whole service table:
 //! see [`DumpSize`] for why one socket cannot serve both kinds of dump well).
 //!
-//! A [`Handle`] resolves the `IPVS` family once when it opens (and refuses to
-//! open, with a diagnosis, when IPVS is unavailable, so no request is ever sent
-//! with family id 0), matches every reply by sequence number and port, and
-//! consumes exactly the replies and ACKs each request asks for.
-//!
-//! # Threads
-//!
-//! `Handle` is `Send + Sync`. Calls from several threads are serialised on
-//! the socket by a mutex: a request and all of its replies are one critical
-//! section, so replies can never be mixed up between callers. For parallel
-//! throughput open one handle per thread (each has its own socket); for bulk
-//! work use [`Handle::apply`], which pipelines many requests per round trip.
+//! What users need to know (threads, namespaces, errors) is on [`Handle`]
+//! itself: this module is private and only its re-exports are documented.
 
 mod admin;
 mod batch;
@@ -33,7 +23,83 @@ use crate::netlink::Failure;
 use crate::netlink::netns::NetNs;
 use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
 
-/// A connection to the kernel's IPVS in one network namespace.
+/// A connection to the kernel's IPVS in one network namespace: every
+/// operation of `ipvsadm` (services, real servers, timeouts, sync daemons,
+/// counters, flush), typed, plus pipelined batches ([`Handle::apply`]).
+///
+/// Opening a handle resolves the `IPVS` generic-netlink family once. Where
+/// the kernel has no IPVS (module missing and not loadable) it refuses to
+/// open with [`Error::Unavailable`], whose reason carries the kernel-module
+/// check's diagnosis ([`crate::kmod::diagnose`]), so a handle never sends a
+/// request that cannot reach IPVS. Every reply is matched to its request by
+/// sequence number and port, and each request consumes exactly the replies
+/// and ACKs it asked for. Dropping the handle closes its sockets.
+///
+/// ```no_run
+/// use ipvsctl::Handle;
+/// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+///
+/// let ipvs = Handle::new()?;
+/// let key = ServiceKey::tcp("192.0.2.10:80".parse().unwrap());
+/// ipvs.add_service(&VirtualServer::new(key))?;
+/// ipvs.add_destination(&key, &RealServer::new("198.51.100.1:8080".parse().unwrap()))?;
+/// for dest in ipvs.list_destinations(&key)? {
+///     println!("{key} -> {} weight {}", dest.server.addr, dest.server.weight);
+/// }
+/// # Ok::<(), ipvsctl::Error>(())
+/// ```
+///
+/// # Threads
+///
+/// `Handle` is `Send + Sync`: share one through an [`Arc`](std::sync::Arc)
+/// or a reference. Calls from several threads are serialised on the socket
+/// by a mutex; a request and all of its replies are one critical section, so
+/// replies are never mixed up between callers. For parallel throughput open
+/// one handle per thread (each has its own sockets); for bulk work use
+/// [`Handle::apply`], which pipelines many requests per round trip, or a
+/// [`Syncer`](crate::sync::Syncer). A caller that panicked mid-request
+/// leaves the handle usable: the replies of the abandoned exchange are told
+/// apart by sequence number.
+///
+/// # Network namespaces
+///
+/// IPVS tables are per network namespace. [`Handle::new`] works in the
+/// caller's namespace; [`Handle::open`] in another one ([`NetNs`]: a named
+/// namespace of `ip netns add`, a path such as `/proc/PID/ns/net`, or an open
+/// namespace file descriptor). The socket is created inside that namespace by
+/// a short-lived helper thread and belongs to it for life; the calling thread
+/// and the rest of the process never change namespace. Entering another
+/// namespace needs `CAP_SYS_ADMIN`; IPVS itself needs `CAP_NET_ADMIN` in the
+/// initial user namespace (a rootless container gets
+/// [`Error::PermissionDenied`]). The socket for table-wide service dumps is
+/// opened in the same namespace on first use; a [`NetNs::Path`] or
+/// [`NetNs::Named`] is opened again then, so pass a [`NetNs::Fd`] if the
+/// namespace file may be removed while the handle lives.
+///
+/// # Errors
+///
+/// Every operation returns [`Result`], with an [`Error`] that names the
+/// operation and the object it acted on:
+///
+/// * [`Error::Invalid`]: a value refused before anything was sent (the field
+///   and the reason, see [`crate::model::ValidationError`]);
+/// * the kernel's errno turned into what it means for that operation:
+///   [`Error::ServiceExists`], [`Error::ServiceNotFound`],
+///   [`Error::DestinationExists`], [`Error::DestinationNotFound`],
+///   [`Error::UnknownScheduler`], [`Error::PermissionDenied`] and so on, or
+///   [`Error::Kernel`] for any other errno; [`Error::errno`] and
+///   [`Error::kernel_message`] (the extended ACK) work on all of them, and
+///   [`Error::is_not_found`] / [`Error::is_exists`] test the common cases;
+/// * [`Error::Lost`] and [`Error::Unanswered`]: the request was sent but its
+///   answer never came, so whether it took effect is unknown (read back to
+///   find out);
+/// * [`Error::Unsupported`]: the kernel accepted a request but ignored part
+///   of it (found by reading back);
+/// * [`Error::Io`] and [`Error::Decode`]: the socket failed, or a reply
+///   could not be decoded.
+///
+/// Nothing panics on a kernel reply, and every wait for one is bounded: a
+/// receive that waits 60 seconds fails with [`Error::Io`] instead of hanging.
 #[derive(Debug)]
 pub struct Handle {
     /// Every request but the table-wide service dump ([`DumpSize::Page`]).

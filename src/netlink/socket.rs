@@ -37,11 +37,10 @@ const ACK_TRUESIZE: usize = 1536;
 /// ever made (up to 32 KiB; it never shrinks back), and kernels built with
 /// `init_on_alloc` (Debian's, among others) zero each one. A dump of one
 /// service's real servers fills a fraction of a page, so on a large-buffer
-/// socket most of its cost is zeroing two 32 KiB buffers (measured: 10,000
-/// real-server dumps take 2.3 times as long as with page-sized datagrams). The
-/// table-wide service dump is the opposite: the kernel walks the table from
-/// the start for every datagram, so page-sized datagrams make it 3 times
-/// slower at 10,000 services.
+/// socket most of its cost is zeroing two 32 KiB buffers. The table-wide
+/// service dump is the opposite: the kernel walks the table from the start
+/// for every datagram, so page-sized datagrams make it several times slower
+/// on a large table. Figures: `docs/performance.md` in the repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpSize {
     /// One page (the kernel's `NLMSG_GOODSIZE`): for many small dumps.

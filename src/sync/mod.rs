@@ -30,8 +30,8 @@
 //! syncer remembers what it applied: [`Verify::Services`] checks the service
 //! table with one dump and trusts remembered real servers, [`Verify::Full`]
 //! reads everything and repairs any drift (run it on a schedule), and
-//! [`Verify::None`] reads nothing. See the README's "Performance" section for
-//! measured figures.
+//! [`Verify::None`] reads nothing. Measured figures, with how and on which
+//! kernels they were taken, are in `docs/performance.md` in the repository.
 //!
 //! ```no_run
 //! use ipvsctl::Handle;

@@ -274,7 +274,7 @@ mod tests {
     use crate::codec::{IpvsCmd, IpvsMessage};
 
     /// An unknown attribute whose type has both flag bits re-encodes with
-    /// both (fuzz/regressions/roundtrip/).
+    /// both (tests/fuzz/regressions/roundtrip/).
     #[test]
     fn both_type_flags_survive_reencoding() {
         let body = [0, 0, 0, 0, 9, 0, 0xff, 0xff, 0xff, 0, 0, 0x1f, 0, 0, 0, 0];

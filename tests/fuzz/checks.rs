@@ -2,7 +2,9 @@
 //! targets (`fuzz/fuzz_targets/*.rs`) and the corpus replay test
 //! (`tests/fuzz_replay.rs`) include with `#[path]`, so that `cargo test`
 //! re-runs exactly what the fuzzers ran on every input kept in
-//! `fuzz/corpus/` and `fuzz/regressions/`.
+//! `tests/fuzz/corpus/` and `tests/fuzz/regressions/`. It lives in the
+//! library's test tree (not in `fuzz/`, a crate of its own that the published
+//! package cannot hold) so that the replay also runs from the `.crate`.
 //!
 //! A check takes raw bytes and panics when a property fails; a panic (or an
 //! abort) is what libFuzzer records as a crash. On top of each target's own
@@ -31,13 +33,13 @@ use ipvsctl::sync::{self, DesiredState, Observed, ObservedDest, ObservedService,
 // The ipvsadm-lite example's pure modules (rule parser, listings, `-R`
 // table), included as its own tests include them.
 #[allow(dead_code, unused_imports)]
-#[path = "../examples/ipvsadm-lite/format.rs"]
+#[path = "../../examples/ipvsadm-lite/format.rs"]
 mod format;
 #[allow(dead_code, unused_imports)]
-#[path = "../examples/ipvsadm-lite/restore.rs"]
+#[path = "../../examples/ipvsadm-lite/restore.rs"]
 mod restore;
 #[allow(dead_code, unused_imports)]
-#[path = "../examples/ipvsadm-lite/rules.rs"]
+#[path = "../../examples/ipvsadm-lite/rules.rs"]
 mod rules;
 
 /// Counts what the checks allocate (see [`run`]).
@@ -45,8 +47,8 @@ mod rules;
 static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 
 /// One fuzz target: its name (the file `fuzz/fuzz_targets/NAME.rs` and the
-/// corpus directories `fuzz/corpus/NAME/`, `fuzz/regressions/NAME/`), its
-/// check, and its allocation budget.
+/// corpus directories `tests/fuzz/corpus/NAME/` and
+/// `tests/fuzz/regressions/NAME/`), its check, and its allocation budget.
 pub struct Target {
     /// The target's name.
     pub name: &'static str,
