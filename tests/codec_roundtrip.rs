@@ -85,11 +85,7 @@ fn daemon_and_config_roundtrip() {
     let (_, back) = wire_roundtrip(&request::new_daemon(&d).unwrap());
     assert_eq!(reply::daemon(back).unwrap(), d);
 
-    let t = Timeouts {
-        tcp: 900,
-        tcp_fin: 120,
-        udp: 300,
-    };
+    let t = Timeouts::new(900, 120, 300);
     let (_, back) = wire_roundtrip(&request::set_config(&t).unwrap());
     assert_eq!(reply::timeouts(&back).unwrap(), t);
 }

@@ -148,9 +148,7 @@ fn nonexistent_modprobe_is_not_installed() {
     let program = d.0.join("no-such-modprobe");
     let out = kmod::modprobe(
         &name("ip_vs"),
-        &Modprobe {
-            program: Some(program.clone()),
-        },
+        &Modprobe::default().with_program(program.clone()),
     );
     let Err(failure) = &out.result else {
         panic!("unexpected {out}");
@@ -193,9 +191,7 @@ fn modprobe_output_is_kept_in_full_and_explained() {
     );
     let out = kmod::modprobe(
         &name("ip-vs-rr"),
-        &Modprobe {
-            program: Some(program.clone()),
-        },
+        &Modprobe::default().with_program(program.clone()),
     );
     let Err(LoadFailure::Modprobe { run, cause }) = &out.result else {
         panic!("unexpected {out}");
@@ -236,12 +232,7 @@ fn a_busy_program_file_is_run_once_it_is_free() {
         std::thread::sleep(std::time::Duration::from_millis(40));
         drop(file);
     });
-    let out = kmod::modprobe(
-        &name("ip_vs"),
-        &Modprobe {
-            program: Some(path),
-        },
-    );
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(path));
     writer.join().unwrap();
     assert_eq!(out.result, Ok(LoadSuccess::Loaded), "{out}");
 }
@@ -253,18 +244,13 @@ fn modprobe_permission_and_success() {
         "denied",
         "echo \"modprobe: ERROR: could not insert 'ip_vs': Operation not permitted\" >&2; exit 1",
     );
-    let out = kmod::modprobe(
-        &name("ip_vs"),
-        &Modprobe {
-            program: Some(denied),
-        },
-    );
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(denied));
     let failure = out.result.unwrap_err();
     assert_eq!(failure.cause(), Cause::NotPermitted);
     assert!(failure.explanation().contains("CAP_SYS_MODULE"));
 
     let ok = d.script("ok", "exit 0");
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(ok) });
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(ok));
     assert_eq!(out.result, Ok(LoadSuccess::Loaded));
 }
 
@@ -274,7 +260,7 @@ fn modprobe_that_cannot_be_executed() {
     let p = d.0.join("modprobe");
     fs::write(&p, "not a program").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(p) });
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(p));
     match out.result {
         Err(LoadFailure::Spawn { errno, .. }) => assert_eq!(errno, Some(13)), // EACCES
         r => panic!("unexpected {r:?}"),
@@ -283,10 +269,9 @@ fn modprobe_that_cannot_be_executed() {
 
 #[test]
 fn finit_of_missing_module_is_not_loadable_without_syscalls() {
-    let cfg = CheckConfig {
-        roots: Roots::under(env!("CARGO_MANIFEST_DIR")).clone(),
-        release: Some("no-such-release".into()),
-    };
+    let cfg = CheckConfig::default()
+        .with_roots(Roots::under(env!("CARGO_MANIFEST_DIR")).clone())
+        .with_release("no-such-release");
     let out = kmod::finit_load(&name("ip_vs_nosuch"), &cfg);
     assert!(out.steps.is_empty());
     let Err(failure @ LoadFailure::NotLoadable { module, evidence }) = &out.result else {
@@ -303,12 +288,9 @@ fn finit_of_missing_module_is_not_loadable_without_syscalls() {
 
 #[test]
 fn load_needed_skips_present_modules() {
-    let cfg = CheckConfig {
-        roots: Roots::under(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
-        ),
-        release: None,
-    };
+    let cfg = CheckConfig::default().with_roots(Roots::under(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
+    ));
     let req = Requirements::ipvs_core()
         .with_scheduler("rr")
         .unwrap()
