@@ -273,11 +273,11 @@ fn roundtrip_body(body: &[u8]) {
     frame::encode_request(&mut b2, &m2, FAMILY, 7, NLM_F_ACK).expect("re-encoding");
     assert_eq!(b2, b1, "encode(decode(encode(m))) != encode(m)");
 
-    if let Ok(s) = reply::service(m1.clone()) {
-        if let Ok(req) = request::new_service(&s.service) {
-            let back = reply::service(wire(&req)).expect("service request decodes as a service");
-            assert_eq!(back.service, s.service, "service changed on its way back");
-        }
+    if let Ok(s) = reply::service(m1.clone())
+        && let Ok(req) = request::new_service(&s.service)
+    {
+        let back = reply::service(wire(&req)).expect("service request decodes as a service");
+        assert_eq!(back.service, s.service, "service changed on its way back");
     }
     for family in [AddressFamily::Inet, AddressFamily::Inet6] {
         let Ok(d) = reply::destination(m1.clone(), family) else {
@@ -294,15 +294,15 @@ fn roundtrip_body(body: &[u8]) {
             assert_eq!(back.server, d.server, "real server changed on its way back");
         }
     }
-    if let Ok(d) = reply::daemon(m1.clone()) {
-        if let Ok(req) = request::new_daemon(&d) {
-            assert_eq!(reply::daemon(wire(&req)).expect("daemon decodes"), d);
-        }
+    if let Ok(d) = reply::daemon(m1.clone())
+        && let Ok(req) = request::new_daemon(&d)
+    {
+        assert_eq!(reply::daemon(wire(&req)).expect("daemon decodes"), d);
     }
-    if let Ok(t) = reply::timeouts(&m1) {
-        if let Ok(req) = request::set_config(&t) {
-            assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), t);
-        }
+    if let Ok(t) = reply::timeouts(&m1)
+        && let Ok(req) = request::set_config(&t)
+    {
+        assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), t);
     }
 }
 

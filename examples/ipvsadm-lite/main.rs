@@ -360,10 +360,10 @@ fn restore_from_stdin(
         };
         messages.push(format!("{}: {what}", kernel_failure(kop, &f.error).message));
     }
-    if let Some(t) = desired.timeouts {
-        if let Err(e) = ipvs.set_timeouts(&t) {
-            messages.push(kernel_failure(KOp::Other, &e).message);
-        }
+    if let Some(t) = desired.timeouts
+        && let Err(e) = ipvs.set_timeouts(&t)
+    {
+        messages.push(kernel_failure(KOp::Other, &e).message);
     }
     if messages.is_empty() {
         Ok(())

@@ -251,10 +251,10 @@ pub(crate) fn emit_all<T: netlink_packet_core::Nla>(attrs: &[T], buf: &mut [u8])
     }
     let mut at = 0;
     for a in attrs {
-        if a.kind() & BOTH == BOTH {
-            if let Some(field) = buf.get_mut(at + 2..at + 4) {
-                field.copy_from_slice(&a.kind().to_ne_bytes());
-            }
+        if a.kind() & BOTH == BOTH
+            && let Some(field) = buf.get_mut(at + 2..at + 4)
+        {
+            field.copy_from_slice(&a.kind().to_ne_bytes());
         }
         at += netlink_packet_core::Emitable::buffer_len(a);
     }
