@@ -148,7 +148,9 @@ fn nonexistent_modprobe_is_not_installed() {
     let program = d.0.join("no-such-modprobe");
     let out = kmod::modprobe(
         &name("ip_vs"),
-        &Modprobe::default().with_program(program.clone()),
+        &Modprobe {
+            program: Some(program.clone()),
+        },
     );
     let Err(failure) = &out.result else {
         panic!("unexpected {out}");
@@ -191,7 +193,9 @@ fn modprobe_output_is_kept_in_full_and_explained() {
     );
     let out = kmod::modprobe(
         &name("ip-vs-rr"),
-        &Modprobe::default().with_program(program.clone()),
+        &Modprobe {
+            program: Some(program.clone()),
+        },
     );
     let Err(LoadFailure::Modprobe { run, cause }) = &out.result else {
         panic!("unexpected {out}");
@@ -232,7 +236,12 @@ fn a_busy_program_file_is_run_once_it_is_free() {
         std::thread::sleep(std::time::Duration::from_millis(40));
         drop(file);
     });
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(path));
+    let out = kmod::modprobe(
+        &name("ip_vs"),
+        &Modprobe {
+            program: Some(path),
+        },
+    );
     writer.join().unwrap();
     assert_eq!(out.result, Ok(LoadSuccess::Loaded), "{out}");
 }
@@ -244,13 +253,18 @@ fn modprobe_permission_and_success() {
         "denied",
         "echo \"modprobe: ERROR: could not insert 'ip_vs': Operation not permitted\" >&2; exit 1",
     );
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(denied));
+    let out = kmod::modprobe(
+        &name("ip_vs"),
+        &Modprobe {
+            program: Some(denied),
+        },
+    );
     let failure = out.result.unwrap_err();
     assert_eq!(failure.cause(), Cause::NotPermitted);
     assert!(failure.explanation().contains("CAP_SYS_MODULE"));
 
     let ok = d.script("ok", "exit 0");
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(ok));
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(ok) });
     assert_eq!(out.result, Ok(LoadSuccess::Loaded));
 }
 
@@ -260,7 +274,7 @@ fn modprobe_that_cannot_be_executed() {
     let p = d.0.join("modprobe");
     fs::write(&p, "not a program").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
-    let out = kmod::modprobe(&name("ip_vs"), &Modprobe::default().with_program(p));
+    let out = kmod::modprobe(&name("ip_vs"), &Modprobe { program: Some(p) });
     match out.result {
         Err(LoadFailure::Spawn { errno, .. }) => assert_eq!(errno, Some(13)), // EACCES
         r => panic!("unexpected {r:?}"),

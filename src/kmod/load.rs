@@ -26,29 +26,19 @@ pub const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
 /// then the usual places, which a container's `PATH` may lack.
 pub const MODPROBE_CANDIDATES: [&str; 3] = ["modprobe", "/usr/sbin/modprobe", "/sbin/modprobe"];
 
-/// How to run `modprobe`: [`Modprobe::default`] and the `with_*` methods
-/// (`#[non_exhaustive]`, so settings can be added).
+/// How to run `modprobe`.
 ///
 /// ```
 /// use ipvsctl::kmod::Modprobe;
 ///
-/// let custom = Modprobe::default().with_program("/opt/kmod/bin/modprobe");
+/// let custom = Modprobe { program: Some("/opt/kmod/bin/modprobe".into()) };
 /// assert!(Modprobe::default().program.is_none());
 /// # let _ = custom;
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Modprobe {
     /// The program to run. `None` tries [`MODPROBE_CANDIDATES`] in order.
     pub program: Option<PathBuf>,
-}
-
-impl Modprobe {
-    /// Runs `program` instead of looking through [`MODPROBE_CANDIDATES`].
-    pub fn with_program(mut self, program: impl Into<PathBuf>) -> Self {
-        self.program = Some(program.into());
-        self
-    }
 }
 
 /// Which loader [`load_needed`] uses.
@@ -372,7 +362,7 @@ impl LoadFailure {
 ///
 /// let out = kmod::modprobe(
 ///     &ModuleName::new("ip_vs")?,
-///     &Modprobe::default().with_program("/nonexistent/modprobe"),
+///     &Modprobe { program: Some("/nonexistent/modprobe".into()) },
 /// );
 /// assert!(!out.is_ok());
 /// assert_eq!(out.result.as_ref().unwrap_err().cause(), Cause::ModprobeNotInstalled);
