@@ -256,13 +256,7 @@ fn cold<F: FnMut(&Ns) -> Duration>(case: &str, iters: u64, mut f: F) -> Duration
 fn sync_cold(ns: &Ns, d: &DesiredState, mode: BatchMode) -> Duration {
     let h = ns.handle();
     let t = Instant::now();
-    let mut s = Syncer::with_options(
-        &h,
-        SyncOptions {
-            mode,
-            ..SyncOptions::default()
-        },
-    );
+    let mut s = Syncer::with_options(&h, SyncOptions::default().with_mode(mode));
     let r = s.sync(d, Verify::Services).expect("sync");
     let e = t.elapsed();
     assert!(r.is_ok(), "cold sync failed: {:?}", r.failed.first());

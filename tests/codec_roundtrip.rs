@@ -58,15 +58,14 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         for f in frame::frames(&bytes).flatten() {
-            if let FrameBody::Data(body) = f.body {
-                if let Ok(m) = frame::decode_message(body) {
+            if let FrameBody::Data(body) = f.body
+                && let Ok(m) = frame::decode_message(body) {
                     let _ = reply::service(m.clone());
                     let _ = reply::destination(m.clone(), ipvsctl::model::AddressFamily::Inet);
                     let _ = reply::daemon(m.clone());
                     let _ = reply::timeouts(&m);
                     let _ = reply::info(&m);
                 }
-            }
         }
         if let Ok(m) = frame::decode_message(&bytes) {
             let _ = reply::service(m);
@@ -85,11 +84,7 @@ fn daemon_and_config_roundtrip() {
     let (_, back) = wire_roundtrip(&request::new_daemon(&d).unwrap());
     assert_eq!(reply::daemon(back).unwrap(), d);
 
-    let t = Timeouts {
-        tcp: 900,
-        tcp_fin: 120,
-        udp: 300,
-    };
+    let t = Timeouts::new(900, 120, 300);
     let (_, back) = wire_roundtrip(&request::set_config(&t).unwrap());
     assert_eq!(reply::timeouts(&back).unwrap(), t);
 }

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use format::{Entry, Numeric};
 use ipvsctl::model::{
     AddressFamily, DaemonRole, DestinationSnapshot, ForwardMethod, Info, Netmask,
-    PersistenceEngine, RealServer, Scheduler, ServiceFlags, ServiceKey, ServiceSnapshot, Stats,
+    PersistenceEngine, RealServer, Scheduler, ServiceFlags, ServiceKey, ServiceSnapshot,
     SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags, Version, VirtualServer,
 };
 use proptest::prelude::*;
@@ -26,23 +26,13 @@ fn sa(s: &str) -> SocketAddr {
 
 fn svc(vs: VirtualServer, dests: Vec<RealServer>) -> Entry {
     Entry {
-        service: ServiceSnapshot {
-            service: vs,
-            stats: Stats::default(),
-        },
-        dests: dests
-            .into_iter()
-            .map(|server| DestinationSnapshot {
-                server,
-                conns: Default::default(),
-                stats: Stats::default(),
-            })
-            .collect(),
+        service: ServiceSnapshot::new(vs),
+        dests: dests.into_iter().map(DestinationSnapshot::new).collect(),
     }
 }
 
 fn tunnel(encap: TunnelEncap, flags: TunnelFlags) -> ForwardMethod {
-    ForwardMethod::Tunnel(Tunnel { encap, flags })
+    ForwardMethod::Tunnel(Tunnel::new(encap).with_flags(flags))
 }
 
 /// The state of the first VM probe, in the kernel's dump order.
@@ -107,10 +97,7 @@ fn state() -> Vec<Entry> {
     ]
 }
 
-const INFO: Info = Info {
-    version: Version(0x010201),
-    conn_tab_size: 4096,
-};
+const INFO: Info = Info::new(Version(0x010201), 4096);
 
 fn list(f: Format) -> String {
     let mut entries = state();
@@ -312,11 +299,9 @@ fn rate_lines_use_plain_columns_for_the_first_three() {
         VirtualServer::new(ServiceKey::tcp(sa("10.0.0.1:80"))),
         vec![RealServer::new(sa("10.0.0.2:80"))],
     );
-    e.dests[0].stats = Stats {
-        cps: 1_234_567_890,
-        in_bps: 1_234_567_890,
-        ..Stats::default()
-    };
+    let stats = &mut e.dests[0].stats;
+    stats.cps = 1_234_567_890;
+    stats.in_bps = 1_234_567_890;
     let mut out = String::new();
     format::service_entry(
         &mut out,
@@ -337,28 +322,18 @@ fn rate_lines_use_plain_columns_for_the_first_three() {
 #[test]
 fn timeouts_and_daemons() {
     let mut s = String::new();
-    format::timeouts(
-        &mut s,
-        &Timeouts {
-            tcp: 900,
-            tcp_fin: 120,
-            udp: 300,
-        },
-    );
+    format::timeouts(&mut s, &Timeouts::new(900, 120, 300));
     assert_eq!(s, "Timeout (tcp tcpfin udp): 900 120 300\n");
     let mut s = String::new();
     format::daemons(
         &mut s,
         &[
-            SyncDaemon {
-                role: DaemonRole::Master,
-                interface: "lo".into(),
-                sync_id: 7,
-                max_len: Some(1472),
-                group: Some("224.0.0.81".parse().unwrap()),
-                port: Some(8848),
-                ttl: Some(1),
-            },
+            SyncDaemon::new(DaemonRole::Master, "lo")
+                .with_sync_id(7)
+                .with_max_len(1472)
+                .with_group("224.0.0.81".parse().unwrap())
+                .with_port(8848)
+                .with_ttl(1),
             SyncDaemon::new(DaemonRole::Backup, "eth0"),
         ],
     );

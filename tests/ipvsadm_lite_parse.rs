@@ -182,10 +182,9 @@ fn real_servers() {
         ok("-a -t 10.0.0.1:80 -r 1.2.3.4 -i --tun-type gue --tun-port 6080 --tun-csum"),
         Command::AddServer(
             key,
-            RealServer::new(sa("1.2.3.4:80")).with_forward(ForwardMethod::Tunnel(Tunnel {
-                encap: TunnelEncap::Gue { port: 6080 },
-                flags: TunnelFlags::CSUM,
-            }))
+            RealServer::new(sa("1.2.3.4:80")).with_forward(ForwardMethod::Tunnel(
+                Tunnel::new(TunnelEncap::Gue { port: 6080 }).with_flags(TunnelFlags::CSUM)
+            ))
         )
     );
     assert_eq!(
@@ -270,11 +269,7 @@ fn other_commands() {
     assert_eq!(ok("-Z"), Command::Zero(None));
     assert_eq!(
         ok("--set 900 120 300"),
-        Command::SetTimeouts(Timeouts {
-            tcp: 900,
-            tcp_fin: 120,
-            udp: 300
-        })
+        Command::SetTimeouts(Timeouts::new(900, 120, 300))
     );
     assert_eq!(ok("-R"), Command::Restore(RestoreOptions::default()));
     assert_eq!(
@@ -538,14 +533,7 @@ fn desired_state_and_plan() {
     )
     .unwrap();
     let want = restore::desired(&second).unwrap();
-    assert_eq!(
-        want.timeouts,
-        Some(Timeouts {
-            tcp: 1,
-            tcp_fin: 2,
-            udp: 3
-        })
-    );
+    assert_eq!(want.timeouts, Some(Timeouts::new(1, 2, 3)));
     let key = ServiceKey::tcp(sa("10.0.0.1:80"));
     let plan = sync_plan(&have, &want);
     assert_eq!(

@@ -113,10 +113,8 @@ fn persistence_engine_sip() {
         .with_persistence_engine(PersistenceEngine::sip());
     h.add_service(&vs).unwrap();
     assert_eq!(h.get_service(&vs.key).unwrap().service, vs);
-    let without = VirtualServer {
-        persistence_engine: None,
-        ..vs.clone()
-    };
+    let mut without = vs.clone();
+    without.persistence_engine = None;
     h.update_service(&without).unwrap();
     assert_eq!(h.get_service(&vs.key).unwrap().service, without);
 }
@@ -130,18 +128,9 @@ fn destinations_every_forwarding_method_and_tunnel() {
     for k in [v4, v6, fw] {
         h.add_service(&VirtualServer::new(k)).unwrap();
     }
-    let gue = Tunnel {
-        encap: TunnelEncap::Gue { port: 6080 },
-        flags: TunnelFlags::CSUM,
-    };
-    let gue_rem = Tunnel {
-        encap: TunnelEncap::Gue { port: 6081 },
-        flags: TunnelFlags::REMCSUM,
-    };
-    let gre = Tunnel {
-        encap: TunnelEncap::Gre,
-        flags: TunnelFlags::CSUM,
-    };
+    let gue = Tunnel::new(TunnelEncap::Gue { port: 6080 }).with_flags(TunnelFlags::CSUM);
+    let gue_rem = Tunnel::new(TunnelEncap::Gue { port: 6081 }).with_flags(TunnelFlags::REMCSUM);
+    let gre = Tunnel::new(TunnelEncap::Gre).with_flags(TunnelFlags::CSUM);
     let cases: Vec<(ServiceKey, RealServer)> = vec![
         (
             v4,
@@ -583,21 +572,12 @@ fn flush_zero_timeouts_info_daemons() {
     assert_eq!(info.version.to_string(), "1.2.1");
     assert!(info.conn_tab_size > 0);
     let before = h.timeouts().unwrap();
-    let t = Timeouts {
-        tcp: 901,
-        tcp_fin: 121,
-        udp: 301,
-    };
+    let t = Timeouts::new(901, 121, 301);
     h.set_timeouts(&t).unwrap();
     assert_eq!(h.timeouts().unwrap(), t);
     // 0 keeps the current value.
-    h.set_timeouts(&Timeouts {
-        tcp: 0,
-        tcp_fin: 0,
-        udp: 302,
-    })
-    .unwrap();
-    assert_eq!(h.timeouts().unwrap(), Timeouts { udp: 302, ..t });
+    h.set_timeouts(&Timeouts::new(0, 0, 302)).unwrap();
+    assert_eq!(h.timeouts().unwrap(), Timeouts::new(t.tcp, t.tcp_fin, 302));
     assert_ne!(before, t);
 
     for key in keys() {
@@ -608,7 +588,7 @@ fn flush_zero_timeouts_info_daemons() {
     h.flush().unwrap();
     assert!(h.list_services().unwrap().is_empty());
     // Flush leaves timeouts alone.
-    assert_eq!(h.timeouts().unwrap(), Timeouts { udp: 302, ..t });
+    assert_eq!(h.timeouts().unwrap(), Timeouts::new(t.tcp, t.tcp_fin, 302));
 
     let mut master = SyncDaemon::new(DaemonRole::Master, "lo");
     master.sync_id = 42;
@@ -667,11 +647,9 @@ fn kernel_roundtrip_property() {
     )
         .prop_flat_map(|(x, y)| {
             let f = x.family();
-            let y = VirtualServer {
-                key: x.key,
-                netmask: Netmask::full(f),
-                ..y
-            };
+            let mut y = y;
+            y.key = x.key;
+            y.netmask = Netmask::full(f);
             (
                 Just(x),
                 Just(y),
@@ -682,10 +660,7 @@ fn kernel_roundtrip_property() {
     runner
         .run(&strat, |(x, y0, rs, rs2)| {
             // y keeps x's key; its netmask is regenerated for the family.
-            let y = VirtualServer {
-                netmask: x.netmask,
-                ..y0
-            };
+            let y = y0.with_netmask(x.netmask);
             h.flush().unwrap();
             h.add_service(&x).unwrap();
             prop_assert_eq!(&h.get_service(&x.key).unwrap().service, &x);
@@ -694,10 +669,8 @@ fn kernel_roundtrip_property() {
             h.add_destination(&x.key, &rs).unwrap();
             // The same real server with another configuration; one of the
             // other family than its service stays tunnelled.
-            let mut rs2 = RealServer {
-                addr: rs.addr,
-                ..rs2
-            };
+            let mut rs2 = rs2;
+            rs2.addr = rs.addr;
             if rs2.family() != x.family() && !rs2.forward.is_tunnel() {
                 rs2.forward = ForwardMethod::Tunnel(Tunnel::IPIP);
             }

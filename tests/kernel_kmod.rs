@@ -70,6 +70,7 @@ fn module_bytes(path: &Path, compression: Compression) -> Vec<u8> {
         Compression::Xz => "xz",
         Compression::Zstd => "zstd",
         Compression::Gzip => "gzip",
+        other => panic!("no decompressor known for {other:?}"),
     };
     let out = Command::new(tool).arg("-dc").arg(path).output().unwrap();
     assert!(out.status.success(), "{tool} -dc {}", path.display());

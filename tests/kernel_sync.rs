@@ -338,25 +338,16 @@ fn scopes_never_touch_foreign_services() {
     // A filter scope cleans up what it claims: 10.96.0.0/16 TCP services.
     let mut s3 = Syncer::with_options(
         &h,
-        SyncOptions {
-            scope: Scope::filter(
+        SyncOptions::default().with_scope(Scope::filter(
                 |k| matches!(k, ServiceKey::Addr { addr, .. } if addr.to_string().starts_with("10.96.")),
-            ),
-            ..SyncOptions::default()
-        },
+            )),
     );
     let r = s3.sync(&theirs, Verify::Services).unwrap();
     assert_ok(&r);
     assert_eq!(r.services.deleted, 20);
     assert_converged(&h, &foreign, &table_of(&theirs));
     // Scope::All owns the namespace.
-    let mut s4 = Syncer::with_options(
-        &h,
-        SyncOptions {
-            scope: Scope::All,
-            ..SyncOptions::default()
-        },
-    );
+    let mut s4 = Syncer::with_options(&h, SyncOptions::default().with_scope(Scope::All));
     assert_ok(&s4.sync(&DesiredState::new(), Verify::Full).unwrap());
     assert!(dump(&h).is_empty());
 }
@@ -540,11 +531,9 @@ fn one_by_one_mode_matches_pipelined() {
     let desired = cluster(50, 4, 1);
     let mut s = Syncer::with_options(
         &h,
-        SyncOptions {
-            mode: BatchMode::OneByOne,
-            read_sockets: 2,
-            ..SyncOptions::default()
-        },
+        SyncOptions::default()
+            .with_mode(BatchMode::OneByOne)
+            .with_read_sockets(2),
     );
     let r = s.sync(&desired, Verify::Full).unwrap();
     assert_ok(&r);
@@ -588,13 +577,7 @@ fn child_syncs_until_killed() {
         return;
     };
     let h = Handle::open(&NetNs::path(path)).unwrap();
-    let mut s = Syncer::with_options(
-        &h,
-        SyncOptions {
-            mode: BatchMode::OneByOne,
-            ..SyncOptions::default()
-        },
-    );
+    let mut s = Syncer::with_options(&h, SyncOptions::default().with_mode(BatchMode::OneByOne));
     // Both states built up front: the child spends its time writing.
     let states = [churn_state(0), churn_state(1)];
     for d in states.iter().cycle() {
@@ -696,12 +679,8 @@ fn graceful_termination_waits_for_connections() {
         .unwrap();
     let mut s = Syncer::with_options(
         &h,
-        SyncOptions {
-            plan: ipvsctl::sync::PlanOptions {
-                graceful_termination: true,
-            },
-            ..SyncOptions::default()
-        },
+        SyncOptions::default()
+            .with_plan(ipvsctl::sync::PlanOptions::default().with_graceful_termination(true)),
     );
     assert_ok(&s.sync(&desired, Verify::Services).unwrap());
     let client = ipvsctl::netlink::netns::run_in(&nsid, || {

@@ -41,10 +41,7 @@ impl Tree {
         self
     }
     fn cfg(&self) -> CheckConfig {
-        CheckConfig {
-            roots: Roots::under(&self.0),
-            release: None,
-        }
+        CheckConfig::default().with_roots(Roots::under(&self.0))
     }
 }
 
@@ -62,10 +59,7 @@ fn mixed_report() -> kmod::Report {
         .unwrap();
     kmod::check_with(
         &req,
-        &CheckConfig {
-            roots: Roots::under(fixture()),
-            release: None,
-        },
+        &CheckConfig::default().with_roots(Roots::under(fixture())),
     )
 }
 

@@ -263,10 +263,9 @@ fn modprobe_that_cannot_be_executed() {
 
 #[test]
 fn finit_of_missing_module_is_not_loadable_without_syscalls() {
-    let cfg = CheckConfig {
-        roots: Roots::under(env!("CARGO_MANIFEST_DIR")).clone(),
-        release: Some("no-such-release".into()),
-    };
+    let cfg = CheckConfig::default()
+        .with_roots(Roots::under(env!("CARGO_MANIFEST_DIR")).clone())
+        .with_release("no-such-release");
     let out = kmod::finit_load(&name("ip_vs_nosuch"), &cfg);
     assert!(out.steps.is_empty());
     let Err(failure @ LoadFailure::NotLoadable { module, evidence }) = &out.result else {
@@ -283,12 +282,9 @@ fn finit_of_missing_module_is_not_loadable_without_syscalls() {
 
 #[test]
 fn load_needed_skips_present_modules() {
-    let cfg = CheckConfig {
-        roots: Roots::under(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
-        ),
-        release: None,
-    };
+    let cfg = CheckConfig::default().with_roots(Roots::under(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
+    ));
     let req = Requirements::ipvs_core()
         .with_scheduler("rr")
         .unwrap()

@@ -5,10 +5,9 @@ use std::path::Path;
 use ipvsctl::kmod::{self, CheckConfig, FamilyInfo, KmodError, ProbeResult, Requirements, Roots};
 
 fn mixed(req: &Requirements) -> kmod::Report {
-    let cfg = CheckConfig {
-        roots: Roots::under(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed")),
-        release: None,
-    };
+    let cfg = CheckConfig::default().with_roots(Roots::under(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
+    ));
     kmod::check_with(req, &cfg)
 }
 
@@ -120,10 +119,11 @@ fn a_failed_probe_falls_back_to_the_modules() {
 
 #[test]
 fn missing_modules_with_one_reason_are_grouped() {
-    let cfg = CheckConfig {
-        roots: Roots::under(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed")),
-        release: Some("6.8.0-45-generic".into()),
-    };
+    let cfg = CheckConfig::default()
+        .with_roots(Roots::under(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kmod/mixed"),
+        ))
+        .with_release("6.8.0-45-generic");
     let r = kmod::check_with(
         &Requirements::ipvs_core().with_scheduler("wrr").unwrap(),
         &cfg,
@@ -159,10 +159,9 @@ fn missing_modules_with_one_reason_are_grouped() {
 
 #[test]
 fn diagnosis_is_one_line() {
-    let cfg = CheckConfig {
-        roots: Roots::under("/nonexistent-ipvsctl-root"),
-        release: Some("6.1.0-18-amd64".into()),
-    };
+    let cfg = CheckConfig::default()
+        .with_roots(Roots::under("/nonexistent-ipvsctl-root"))
+        .with_release("6.1.0-18-amd64");
     let d = kmod::diagnose_with(&Requirements::ipvs_core(), &cfg);
     let text = d.to_string();
     assert_eq!(text.lines().count(), 1);

@@ -133,11 +133,7 @@ fn case() -> impl Strategy<Value = Case> {
                             conns: match conns {
                                 0 => None,
                                 1 => Some(ConnCounts::default()),
-                                _ => Some(ConnCounts {
-                                    active: 3,
-                                    inactive: 1,
-                                    persistent: 0,
-                                }),
+                                _ => Some(ConnCounts::new(3, 1, 0)),
                             },
                         });
                     }
@@ -264,7 +260,7 @@ proptest! {
     #[test]
     fn graceful_termination(cases in cases()) {
         let (desired, observed) = build(&cases);
-        let opts = PlanOptions { graceful_termination: true };
+        let opts = PlanOptions::default().with_graceful_termination(true);
         let p = sync::plan(&desired, &observed, &Scope::All, &HashSet::new(), opts);
         let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
         let mut draining = 0;
@@ -367,9 +363,7 @@ fn graceful_drain_then_delete() {
     let a: SocketAddr = "10.244.0.1:80".parse().unwrap();
     let mut desired = DesiredState::new();
     desired.insert(VirtualServer::new(k), []).unwrap();
-    let opts = PlanOptions {
-        graceful_termination: true,
-    };
+    let opts = PlanOptions::default().with_graceful_termination(true);
     let obs = |weight, conns| {
         let mut o = Observed::new();
         o.insert(ObservedService::new(
@@ -381,11 +375,7 @@ fn graceful_drain_then_delete() {
         ));
         o
     };
-    let busy = Some(ConnCounts {
-        active: 1,
-        inactive: 0,
-        persistent: 0,
-    });
+    let busy = Some(ConnCounts::new(1, 0, 0));
     // Busy at weight 1: drain.
     let p = sync::plan(
         &desired,
@@ -422,11 +412,7 @@ fn graceful_drain_then_delete() {
     assert!(p.is_empty());
     assert_eq!(p.counts.draining, 1);
     // Only persistence templates left: active and inactive are 0, delete.
-    let templates = Some(ConnCounts {
-        active: 0,
-        inactive: 0,
-        persistent: 4,
-    });
+    let templates = Some(ConnCounts::new(0, 0, 4));
     let p = sync::plan(
         &desired,
         &obs(0, templates),

@@ -210,6 +210,8 @@ pub fn service_entry(out: &mut String, e: &mut Entry, f: &Format, n: &dyn Namer)
                         );
                     }
                     TunnelEncap::Ipip => out.push_str(" --tun-type ipip"),
+                    // A type ipvsadm 1.31 has no option for.
+                    _ => {}
                 }
             }
             out.push('\n');
@@ -329,7 +331,7 @@ pub fn service_name(vs: &VirtualServer, f: &Format, n: &dyn Namer) -> String {
                     Protocol::Tcp => "-t",
                     Protocol::Udp => "-u",
                     Protocol::Sctp => "--sctp-service",
-                    Protocol::Other(_) => "--xxx-service",
+                    _ => "--xxx-service",
                 };
                 format!("{opt} {v}")
             } else {
@@ -337,7 +339,7 @@ pub fn service_name(vs: &VirtualServer, f: &Format, n: &dyn Namer) -> String {
                     Protocol::Tcp => "TCP",
                     Protocol::Udp => "UDP",
                     Protocol::Sctp => "SCTP",
-                    Protocol::Other(_) => "?",
+                    _ => "?",
                 };
                 let mut s = format!("{name:<4} {v}");
                 if addr.is_ipv4() {
@@ -442,7 +444,8 @@ fn forward_name(f: &ForwardMethod) -> &'static str {
         ForwardMethod::Local => "Local",
         ForwardMethod::Tunnel(_) => "Tunnel",
         ForwardMethod::DirectRoute => "Route",
-        ForwardMethod::Bypass => "(null)",
+        // Bypass and any method ipvsadm has no name for.
+        _ => "(null)",
     }
 }
 
@@ -492,7 +495,8 @@ fn forward_switch(f: &ForwardMethod) -> &'static str {
         ForwardMethod::Masquerade => "-m",
         ForwardMethod::Tunnel(_) => "-i",
         ForwardMethod::Local | ForwardMethod::DirectRoute => "-g",
-        ForwardMethod::Bypass => "(null)",
+        // Bypass and any method ipvsadm has no switch for.
+        _ => "(null)",
     }
 }
 
@@ -520,6 +524,8 @@ fn tunnel_info(f: &ForwardMethod) -> String {
         TunnelEncap::Ipip => "ipip".to_owned(),
         TunnelEncap::Gue { port } => format!("gue:{port}:{csum}"),
         TunnelEncap::Gre => format!("gre:{csum}"),
+        // A type ipvsadm 1.31 has no name for.
+        _ => "?".to_owned(),
     };
     // ipvsadm formats into 16 bytes.
     truncate(&mut s, 15);

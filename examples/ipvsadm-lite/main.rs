@@ -305,11 +305,9 @@ fn restore_from_stdin(
     // The whole namespace is the rules' (like `ipvsadm -C; ipvsadm -R`), read
     // back in full first unless it was just flushed; real servers are read
     // over a few sockets in parallel.
-    let options = SyncOptions {
-        scope: Scope::All,
-        read_sockets: cpus(),
-        ..SyncOptions::default()
-    };
+    let options = SyncOptions::default()
+        .with_scope(Scope::All)
+        .with_read_sockets(cpus());
     let mut syncer = Syncer::with_options(ipvs, options);
     let verify = if opts.clear_first {
         Verify::None
@@ -362,10 +360,10 @@ fn restore_from_stdin(
         };
         messages.push(format!("{}: {what}", kernel_failure(kop, &f.error).message));
     }
-    if let Some(t) = desired.timeouts {
-        if let Err(e) = ipvs.set_timeouts(&t) {
-            messages.push(kernel_failure(KOp::Other, &e).message);
-        }
+    if let Some(t) = desired.timeouts
+        && let Err(e) = ipvs.set_timeouts(&t)
+    {
+        messages.push(kernel_failure(KOp::Other, &e).message);
     }
     if messages.is_empty() {
         Ok(())

@@ -63,7 +63,7 @@ fn proto_name(p: Protocol) -> Option<&'static str> {
         Protocol::Tcp => Some("tcp"),
         Protocol::Udp => Some("udp"),
         Protocol::Sctp => Some("sctp"),
-        Protocol::Other(_) => None,
+        _ => None,
     }
 }
 

@@ -215,10 +215,7 @@ pub fn op_line(op: &Op) -> String {
                 "-E"
             };
             let mut e = super::format::Entry {
-                service: ipvsctl::model::ServiceSnapshot {
-                    service: vs.clone(),
-                    stats: Default::default(),
-                },
+                service: ipvsctl::model::ServiceSnapshot::new(vs.clone()),
                 dests: Vec::new(),
             };
             super::format::service_entry(&mut out, &mut e, &f, &Numeric);
@@ -236,15 +233,8 @@ pub fn op_line(op: &Op) -> String {
                 "-e"
             };
             let mut e = super::format::Entry {
-                service: ipvsctl::model::ServiceSnapshot {
-                    service: VirtualServer::new(*key),
-                    stats: Default::default(),
-                },
-                dests: vec![ipvsctl::model::DestinationSnapshot {
-                    server: *rs,
-                    conns: Default::default(),
-                    stats: Default::default(),
-                }],
+                service: ipvsctl::model::ServiceSnapshot::new(VirtualServer::new(*key)),
+                dests: vec![ipvsctl::model::DestinationSnapshot::new(*rs)],
             };
             let mut both = String::new();
             super::format::service_entry(&mut both, &mut e, &f, &Numeric);

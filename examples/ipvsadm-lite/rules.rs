@@ -1348,11 +1348,11 @@ fn finish(program: &str, mut st: State) -> Result<Command, CliError> {
         let (Some(a), Some(b), Some(c)) = (words.next(), words.next(), words.next()) else {
             return Err(CliError::fail("--set option requires 3 timeout values"));
         };
-        timeouts = Timeouts {
-            tcp: parse_timeout(&a, 0)?,
-            tcp_fin: parse_timeout(&b, 0)?,
-            udp: parse_timeout(&c, 0)?,
-        };
+        timeouts = Timeouts::new(
+            parse_timeout(&a, 0)?,
+            parse_timeout(&b, 0)?,
+            parse_timeout(&c, 0)?,
+        );
     }
     if let Some(extra) = words.next() {
         return Err(CliError::fail(format!("unexpected argument {extra}")));
@@ -1444,19 +1444,19 @@ fn finish(program: &str, mut st: State) -> Result<Command, CliError> {
         Cmd::EditDest => Command::EditServer(key, server(&st)),
         Cmd::DelDest => Command::DeleteServer(key, server(&st).addr),
         Cmd::SetTimeout => Command::SetTimeouts(timeouts),
-        Cmd::StartDaemon => Command::StartDaemon(SyncDaemon {
-            role: st.role,
-            interface: if st.ifname.is_empty() {
-                "eth0".to_owned()
+        Cmd::StartDaemon => {
+            let interface = if st.ifname.is_empty() {
+                "eth0"
             } else {
-                st.ifname.clone()
-            },
-            sync_id: st.syncid,
-            max_len: st.maxlen,
-            group: st.group,
-            port: st.mport,
-            ttl: st.ttl,
-        }),
+                &st.ifname
+            };
+            let mut daemon = SyncDaemon::new(st.role, interface).with_sync_id(st.syncid);
+            daemon.max_len = st.maxlen;
+            daemon.group = st.group;
+            daemon.port = st.mport;
+            daemon.ttl = st.ttl;
+            Command::StartDaemon(daemon)
+        }
         Cmd::StopDaemon => Command::StopDaemon(st.role),
     })
 }
@@ -1467,13 +1467,15 @@ fn service(st: &State, key: ServiceKey) -> VirtualServer {
         (AddressFamily::Inet6, RawMask::V6(p)) => Netmask::V6(u8::try_from(p).unwrap_or(u8::MAX)),
         (family, _) => Netmask::full(family),
     };
-    VirtualServer {
-        key,
-        scheduler: Scheduler::from_name(&st.sched),
-        flags: ServiceFlags::from_bits_retain(st.flags),
-        timeout: st.timeout,
-        netmask,
-        persistence_engine: (!st.pe.is_empty()).then(|| PersistenceEngine(st.pe.clone())),
+    let vs = VirtualServer::new(key)
+        .with_scheduler(Scheduler::from_name(&st.sched))
+        .with_flags(ServiceFlags::from_bits_retain(st.flags))
+        .with_timeout(st.timeout)
+        .with_netmask(netmask);
+    if st.pe.is_empty() {
+        vs
+    } else {
+        vs.with_persistence_engine(PersistenceEngine(st.pe.clone()))
     }
 }
 
@@ -1484,22 +1486,19 @@ fn server(st: &State) -> RealServer {
     let forward = match st.fwd {
         Fwd::Masq => ForwardMethod::Masquerade,
         Fwd::Route => ForwardMethod::DirectRoute,
-        Fwd::Tunnel => ForwardMethod::Tunnel(Tunnel {
-            encap: match st.tun_type {
+        Fwd::Tunnel => ForwardMethod::Tunnel(
+            Tunnel::new(match st.tun_type {
                 TunnelEncap::RAW_GUE => TunnelEncap::Gue { port: st.tun_port },
                 TunnelEncap::RAW_GRE => TunnelEncap::Gre,
                 _ => TunnelEncap::Ipip,
-            },
-            flags: TunnelFlags::from_bits_retain(st.tun_flags),
-        }),
+            })
+            .with_flags(TunnelFlags::from_bits_retain(st.tun_flags)),
+        ),
     };
-    RealServer {
-        addr: SocketAddr::new(ip, port),
-        weight: st.weight,
-        forward,
-        upper_threshold: st.u_threshold,
-        lower_threshold: st.l_threshold,
-    }
+    RealServer::new(SocketAddr::new(ip, port))
+        .with_weight(st.weight)
+        .with_forward(forward)
+        .with_thresholds(st.u_threshold, st.l_threshold)
 }
 
 fn check_options(cmd: Cmd, opts: u64) -> Result<(), CliError> {

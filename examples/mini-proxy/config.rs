@@ -102,7 +102,8 @@ impl Config {
                     Protocol::Tcp => ServiceKey::tcp(addr),
                     Protocol::Udp => ServiceKey::udp(addr),
                     Protocol::Sctp => ServiceKey::sctp(addr),
-                    Protocol::Other(p) => {
+                    other => {
+                        let p = other.to_raw();
                         return Err(format!("service {}: protocol {p} is not supported", s.name));
                     }
                 };

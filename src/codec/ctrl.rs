@@ -2,7 +2,9 @@
 //! id (`CTRL_CMD_GETFAMILY` by name), built with netlink-packet-generic's
 //! controller types.
 
-use netlink_packet_core::{DecodeError, Emitable, NlasIterator};
+use netlink_packet_core::{Emitable, NlasIterator};
+
+use super::DecodeError;
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 
@@ -12,7 +14,7 @@ use super::frame::{GENL_HDRLEN, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN};
 pub const GENL_ID_CTRL: u16 = 0x10;
 
 /// Appends a `CTRL_CMD_GETFAMILY` request for `name` to `out`.
-pub fn encode_get_family(out: &mut Vec<u8>, name: &str, seq: u32) {
+pub(crate) fn encode_get_family(out: &mut Vec<u8>, name: &str, seq: u32) {
     let ctrl = GenlCtrl {
         cmd: GenlCtrlCmd::GetFamily,
         nlas: vec![GenlCtrlAttrs::FamilyName(name.to_owned())],
@@ -47,12 +49,12 @@ pub struct FamilyInfo {
 /// Reads id and version out of a controller reply body. Only those two
 /// attributes are looked at, so attributes a newer kernel adds cannot make
 /// resolution fail.
-pub fn decode_family(data: &[u8]) -> Result<FamilyInfo, DecodeError> {
+pub(crate) fn decode_family(data: &[u8]) -> Result<FamilyInfo, DecodeError> {
     let id = decode_family_id(data)?;
     let mut version = 0;
     let attrs = data.get(GENL_HDRLEN..).unwrap_or(&[]);
     for nla in NlasIterator::new(attrs) {
-        let nla = nla?;
+        let nla = nla.map_err(DecodeError::from_wire)?;
         let v = nla.value();
         if nla.kind() & super::consts::NLA_TYPE_MASK == CTRL_ATTR_VERSION && v.len() == 4 {
             version = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]);
@@ -69,7 +71,7 @@ pub fn decode_family_id(data: &[u8]) -> Result<u16, DecodeError> {
         .get(GENL_HDRLEN..)
         .ok_or_else(|| DecodeError::from("controller reply truncated"))?;
     for nla in NlasIterator::new(attrs) {
-        let nla = nla?;
+        let nla = nla.map_err(DecodeError::from_wire)?;
         if nla.kind() & super::consts::NLA_TYPE_MASK == CTRL_ATTR_FAMILY_ID {
             let v = nla.value();
             if v.len() == 2 {

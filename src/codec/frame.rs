@@ -4,7 +4,7 @@
 //! The socket layer only moves the bytes; everything about their layout is
 //! here.
 
-use netlink_packet_core::DecodeError;
+use super::DecodeError;
 
 use super::message::{IpvsCmd, IpvsMessage};
 
@@ -14,17 +14,17 @@ pub const NLMSG_HDRLEN: usize = 16;
 pub const GENL_HDRLEN: usize = 4;
 
 /// `NLMSG_NOOP`.
-pub const NLMSG_NOOP: u16 = 1;
+pub(crate) const NLMSG_NOOP: u16 = 1;
 /// `NLMSG_ERROR` (also carries ACKs).
 pub const NLMSG_ERROR: u16 = 2;
 /// `NLMSG_DONE`.
 pub const NLMSG_DONE: u16 = 3;
 /// `NLMSG_OVERRUN`.
-pub const NLMSG_OVERRUN: u16 = 4;
+pub(crate) const NLMSG_OVERRUN: u16 = 4;
 /// The lowest message type a generic-netlink family can have. A request with
 /// a type below it is a control message that the kernel ACKs without doing
 /// anything, so a request must never be built with an unresolved family id.
-pub const NLMSG_MIN_TYPE: u16 = 0x10;
+pub(crate) const NLMSG_MIN_TYPE: u16 = 0x10;
 
 /// Request flag `NLM_F_REQUEST`.
 pub const NLM_F_REQUEST: u16 = 0x1;
@@ -35,9 +35,9 @@ pub const NLM_F_ACK: u16 = 0x4;
 /// Request flag `NLM_F_DUMP`.
 pub const NLM_F_DUMP: u16 = 0x300;
 /// Error-message flag: the original request was not copied back in full.
-pub const NLM_F_CAPPED: u16 = 0x100;
+pub(crate) const NLM_F_CAPPED: u16 = 0x100;
 /// Error-message flag: extended-ACK attributes follow.
-pub const NLM_F_ACK_TLVS: u16 = 0x200;
+pub(crate) const NLM_F_ACK_TLVS: u16 = 0x200;
 
 /// `NLMSGERR_ATTR_MSG`: a human-readable reason.
 const NLMSGERR_ATTR_MSG: u16 = 1;
@@ -219,7 +219,7 @@ pub fn set_flags(buf: &mut [u8], flags: u16) {
 /// The header of the first message of `buf`, even when the rest of the
 /// datagram was cut off (a receive buffer too small for it): enough to tell
 /// whose answer was lost.
-pub fn first_header(buf: &[u8]) -> Result<FrameHeader, DecodeError> {
+pub(crate) fn first_header(buf: &[u8]) -> Result<FrameHeader, DecodeError> {
     parse_header(buf)
 }
 
@@ -294,7 +294,7 @@ fn parse_error(flags: u16, payload: &[u8]) -> Result<NlError, DecodeError> {
     };
     let tlvs = payload.get(4 + echoed..).unwrap_or(&[]);
     for nla in netlink_packet_core::NlasIterator::new(tlvs) {
-        let nla = nla?;
+        let nla = nla.map_err(DecodeError::from_wire)?;
         let value = nla.value();
         match nla.kind() & super::consts::NLA_TYPE_MASK {
             NLMSGERR_ATTR_MSG => err.message = Some(super::attr::parse_cstr(value)),

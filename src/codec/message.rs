@@ -1,13 +1,16 @@
 //! An IPVS generic-netlink message: a command and its top-level attributes.
 
-use netlink_packet_core::{DecodeError, Emitable, ParseableParametrized};
-use netlink_packet_generic::{GenlFamily, GenlHeader};
+use netlink_packet_core::Emitable;
+
+use super::DecodeError;
 
 use super::attr::{IpvsAttr, emit_all, len_all};
-use super::consts::{FAMILY_NAME, FAMILY_VERSION};
+use super::consts::FAMILY_VERSION;
 
-/// IPVS commands (`IPVS_CMD_*`).
+/// IPVS commands (`IPVS_CMD_*`). `#[non_exhaustive]`: a command a newer
+/// kernel adds gets its own variant (until then it decodes as `Other`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum IpvsCmd {
     /// Add a service.
     NewService,
@@ -126,7 +129,7 @@ impl IpvsMessage {
     }
 
     /// Parses the attributes that follow a generic-netlink header.
-    pub fn parse_attrs(cmd: IpvsCmd, version: u8, buf: &[u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn parse_attrs(cmd: IpvsCmd, version: u8, buf: &[u8]) -> Result<Self, DecodeError> {
         let info = cmd.carries_info();
         let mut attrs = Vec::with_capacity(2);
         for nla in super::attr::RawAttrs::new(buf) {
@@ -140,20 +143,6 @@ impl IpvsMessage {
     }
 }
 
-impl GenlFamily for IpvsMessage {
-    fn family_name() -> &'static str {
-        FAMILY_NAME
-    }
-
-    fn command(&self) -> u8 {
-        self.cmd.to_raw()
-    }
-
-    fn version(&self) -> u8 {
-        self.version
-    }
-}
-
 impl Emitable for IpvsMessage {
     fn buffer_len(&self) -> usize {
         len_all(&self.attrs)
@@ -161,11 +150,5 @@ impl Emitable for IpvsMessage {
 
     fn emit(&self, buffer: &mut [u8]) {
         emit_all(&self.attrs, buffer)
-    }
-}
-
-impl ParseableParametrized<[u8], GenlHeader> for IpvsMessage {
-    fn parse_with_param(buf: &[u8], header: GenlHeader) -> Result<Self, DecodeError> {
-        Self::parse_attrs(IpvsCmd::from_raw(header.cmd), header.version, buf)
     }
 }

@@ -17,6 +17,25 @@
 //! Nothing here panics on input: a truncated or hostile reply is a
 //! [`DecodeError`].
 //!
+//! # Stability: a low-level layer
+//!
+//! This module is the wire format. Most users need only [`crate::Handle`],
+//! [`crate::sync`] and [`crate::model`], which never expose a type of
+//! another crate. The codec is public for tools that build or inspect raw
+//! IPVS messages (capture, replay, fuzzing), with these limits:
+//!
+//! * its types are this crate's own: [`DecodeError`], [`IpvsMessage`], the
+//!   attribute enums and [`attr::UnknownAttr`] carry no type of
+//!   netlink-packet-core or netlink-packet-generic;
+//! * the attribute enums and [`IpvsMessage`] implement netlink-packet-core's
+//!   `Nla` and `Emitable` traits (that is how they are written to the wire).
+//!   Those trait implementations follow whatever netlink-packet-core
+//!   version this crate depends on, and may change or go away in a minor
+//!   release when that dependency is updated; use [`frame::encode_request`]
+//!   and [`frame::decode_message`] for a stable way in and out;
+//! * the attribute enums are `#[non_exhaustive]` and grow as the kernel's
+//!   attribute spaces do.
+//!
 //! ```
 //! use ipvsctl::codec::{frame, request};
 //! use ipvsctl::model::{ServiceKey, VirtualServer};
@@ -34,10 +53,11 @@
 pub mod attr;
 pub mod consts;
 pub mod ctrl;
+mod error;
 pub mod frame;
 mod message;
 pub mod reply;
 pub mod request;
 
+pub use error::DecodeError;
 pub use message::{IpvsCmd, IpvsMessage};
-pub use netlink_packet_core::DecodeError;

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use netlink_packet_core::DecodeError;
+use super::DecodeError;
 
 use super::attr::{
     AttrView, DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs,
@@ -264,7 +264,7 @@ pub fn destination(
 }
 
 /// Decodes the attributes of a destination nest.
-pub fn destination_from_attrs(
+pub(crate) fn destination_from_attrs(
     attrs: Vec<DestAttr>,
     service_family: AddressFamily,
 ) -> Result<DestinationSnapshot, DecodeError> {

@@ -70,6 +70,7 @@ pub enum BatchMode {
 /// What a batch did: every operation is accounted for, either counted in
 /// `succeeded` or listed in `failed`.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct BatchReport {
     /// Operations the kernel carried out.
     pub succeeded: usize,

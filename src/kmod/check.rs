@@ -16,7 +16,7 @@ use super::roots::{CheckConfig, valid_release};
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots, Verdict};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg);
 /// let status = &report.modules[0];
 /// assert!(matches!(status.verdict, Verdict::Missing { .. }));
@@ -126,7 +126,7 @@ impl fmt::Display for Verdict {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg);
 /// assert!(report.modules[0].to_string().starts_with("ip_vs (IPVS core): missing: "));
 /// ```
@@ -166,10 +166,9 @@ pub fn check(req: &Requirements) -> Report {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
 ///
-/// let cfg = CheckConfig {
-///     roots: Roots::under("/nonexistent"),
-///     release: Some("6.1.0-18-amd64".into()),
-/// };
+/// let cfg = CheckConfig::default()
+///     .with_roots(Roots::under("/nonexistent"))
+///     .with_release("6.1.0-18-amd64");
 /// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg);
 /// assert_eq!(report.modules[0].verdict.label(), "missing");
 /// ```

@@ -15,6 +15,7 @@ use std::io;
 /// assert!(matches!(err, KmodError::InvalidModuleName { .. }));
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KmodError {
     /// A module, scheduler or persistence engine name that cannot be a
     /// kernel module name.

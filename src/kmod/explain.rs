@@ -13,7 +13,11 @@ use rustix::io::Errno;
 /// assert_eq!(c, Cause::NotPermitted);
 /// assert!(c.explanation().contains("CAP_SYS_MODULE"));
 /// ```
+///
+/// `#[non_exhaustive]`: loaders find new ways to fail, and each one this
+/// crate learns to recognise gets its own variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Cause {
     /// `ENOEXEC`, "Exec format error": the file is not a module for this
     /// kernel.

@@ -14,7 +14,11 @@ use super::name::normalise;
 /// let (_, c) = module_name_of_path("ip_vs.ko.xz").unwrap();
 /// assert_eq!((c, c.suffix()), (Compression::Xz, ".xz"));
 /// ```
+///
+/// `#[non_exhaustive]`: kmod and the kernel have added compressions before
+/// (zstd) and may add more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Compression {
     /// A plain `.ko`.
     None,

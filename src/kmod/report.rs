@@ -17,7 +17,7 @@ use super::roots::{CheckConfig, KernelRelease};
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let report = kmod::check_with(&Requirements::default(), &cfg);
 /// assert_eq!(report.modules.len(), 5);
 /// assert!(!report.all_present());
@@ -40,7 +40,7 @@ pub struct Report {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, ProbeResult, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let report = kmod::check_with(&Requirements::ipvs_core(), &cfg).with_probe(Ok(None));
 /// assert_eq!(report.probe, Some(ProbeResult::Absent));
 /// ```
@@ -75,7 +75,7 @@ impl fmt::Display for ProbeResult {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, FamilyInfo, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let family = FamilyInfo { name: "IPVS".into(), id: 33, version: 1 };
 /// let u = kmod::check_with(&Requirements::ipvs_core(), &cfg)
 ///     .with_probe(Ok(Some(family)))
@@ -280,7 +280,7 @@ impl fmt::Display for Report {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let d = kmod::check_with(&Requirements::ipvs_core(), &cfg).diagnosis();
 /// assert_eq!(d.to_string(), d.summary);
 /// assert_eq!(d.report.modules.len(), 1);
@@ -319,7 +319,7 @@ pub fn diagnose() -> Diagnosis {
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, Requirements, Roots};
 ///
-/// let cfg = CheckConfig { roots: Roots::under("/nonexistent"), release: Some("6.1.0".into()) };
+/// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
 /// let d = kmod::diagnose_with(&Requirements::ipvs_core(), &cfg);
 /// assert!(d.summary.starts_with("IPVS unavailable: ip_vs is missing"));
 /// ```

@@ -16,7 +16,11 @@ use std::path::{Path, PathBuf};
 /// assert_eq!(roots.lib_modules, std::path::Path::new("/tmp/fake-host/lib/modules"));
 /// assert_eq!(Roots::default().proc, std::path::Path::new("/proc"));
 /// ```
+///
+/// `#[non_exhaustive]`: build with [`Roots::under`] or [`Roots::default`]
+/// and the `with_*` methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Roots {
     /// procfs: `modules` and `sys/kernel/osrelease` are read from here.
     pub proc: PathBuf,
@@ -35,6 +39,24 @@ impl Roots {
             sys: p.join("sys"),
             lib_modules: p.join("lib").join("modules"),
         }
+    }
+
+    /// Sets the procfs root.
+    pub fn with_proc(mut self, proc: impl Into<PathBuf>) -> Self {
+        self.proc = proc.into();
+        self
+    }
+
+    /// Sets the sysfs root.
+    pub fn with_sys(mut self, sys: impl Into<PathBuf>) -> Self {
+        self.sys = sys.into();
+        self
+    }
+
+    /// Sets the parent of the per-release module directories.
+    pub fn with_lib_modules(mut self, lib_modules: impl Into<PathBuf>) -> Self {
+        self.lib_modules = lib_modules.into();
+        self
     }
 
     /// `/lib/modules/<release>`.
@@ -59,13 +81,16 @@ impl Default for Roots {
 /// ```
 /// use ipvsctl::kmod::{CheckConfig, Roots};
 ///
-/// let cfg = CheckConfig {
-///     roots: Roots::under("/tmp/fake-host"),
-///     release: Some("6.1.0-18-amd64".into()),
-/// };
+/// let cfg = CheckConfig::default()
+///     .with_roots(Roots::under("/tmp/fake-host"))
+///     .with_release("6.1.0-18-amd64");
 /// assert_eq!(cfg.kernel_release().release, "6.1.0-18-amd64");
 /// ```
+///
+/// `#[non_exhaustive]`: build with [`CheckConfig::default`] and the
+/// `with_*` methods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CheckConfig {
     /// Where to look.
     pub roots: Roots,
@@ -75,6 +100,18 @@ pub struct CheckConfig {
 }
 
 impl CheckConfig {
+    /// Sets where to look (default [`Roots::default`]).
+    pub fn with_roots(mut self, roots: Roots) -> Self {
+        self.roots = roots;
+        self
+    }
+
+    /// Checks for `release` instead of the running kernel's release.
+    pub fn with_release(mut self, release: impl Into<String>) -> Self {
+        self.release = Some(release.into());
+        self
+    }
+
     /// The release the check is for, and where it came from.
     pub fn kernel_release(&self) -> KernelRelease {
         if let Some(r) = &self.release {
@@ -116,7 +153,7 @@ pub(crate) fn valid_release(r: &str) -> bool {
 /// ```
 /// use ipvsctl::kmod::{CheckConfig, ReleaseSource};
 ///
-/// let cfg = CheckConfig { release: Some("6.1.0-18-amd64".into()), ..CheckConfig::default() };
+/// let cfg = CheckConfig::default().with_release("6.1.0-18-amd64");
 /// let r = cfg.kernel_release();
 /// assert_eq!((r.release.as_str(), r.source), ("6.1.0-18-amd64", ReleaseSource::Caller));
 /// ```

@@ -31,10 +31,14 @@ impl<'a> arbitrary::Arbitrary<'a> for TunnelFlags {
 }
 
 /// The encapsulation of a tunnelled real server.
+///
+/// `#[non_exhaustive]`: the kernel has added tunnel types before (GUE in
+/// 5.2, GRE in 5.3) and may add more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum TunnelEncap {
     /// IP-in-IP (the only kind before Linux 5.2).
     Ipip,
@@ -74,9 +78,14 @@ impl TunnelEncap {
 }
 
 /// Tunnel settings of a real server forwarded by tunnelling.
+///
+/// Construct with [`Tunnel::new`] (or [`Tunnel::IPIP`], [`Tunnel::gue`],
+/// [`Tunnel::gre`]) and [`Tunnel::with_flags`]; `#[non_exhaustive]`, so a
+/// new kernel tunnel attribute can become a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct Tunnel {
     /// The encapsulation.
     pub encap: TunnelEncap,
@@ -86,33 +95,48 @@ pub struct Tunnel {
 
 impl Tunnel {
     /// Plain IP-in-IP, no checksum flags: what `ipvsadm -i` creates.
-    pub const IPIP: Tunnel = Tunnel {
-        encap: TunnelEncap::Ipip,
-        flags: TunnelFlags::empty(),
-    };
+    pub const IPIP: Tunnel = Tunnel::new(TunnelEncap::Ipip);
+
+    /// A tunnel with the given encapsulation and no checksum flags.
+    ///
+    /// ```
+    /// use ipvsctl::model::{Tunnel, TunnelEncap, TunnelFlags};
+    /// let t = Tunnel::new(TunnelEncap::Gue { port: 6080 }).with_flags(TunnelFlags::CSUM);
+    /// assert_eq!(t.encap.port(), 6080);
+    /// ```
+    pub const fn new(encap: TunnelEncap) -> Self {
+        Tunnel {
+            encap,
+            flags: TunnelFlags::empty(),
+        }
+    }
 
     /// GUE to `port` without checksums.
     pub fn gue(port: u16) -> Self {
-        Tunnel {
-            encap: TunnelEncap::Gue { port },
-            flags: TunnelFlags::empty(),
-        }
+        Self::new(TunnelEncap::Gue { port })
     }
 
     /// GRE without checksums.
     pub fn gre() -> Self {
-        Tunnel {
-            encap: TunnelEncap::Gre,
-            flags: TunnelFlags::empty(),
-        }
+        Self::new(TunnelEncap::Gre)
+    }
+
+    /// Sets the checksum flags.
+    pub fn with_flags(mut self, flags: TunnelFlags) -> Self {
+        self.flags = flags;
+        self
     }
 }
 
 /// How packets reach a real server.
+///
+/// `#[non_exhaustive]`: the kernel's forwarding field has room for more
+/// methods than it defines today (`IP_VS_CONN_F_FWD_MASK` is 3 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum ForwardMethod {
     /// NAT (`-m`, "Masq").
     Masquerade,
@@ -165,9 +189,14 @@ impl fmt::Display for ForwardMethod {
 ///
 /// Its address family is the family of `addr`; it may differ from the virtual
 /// server's only with tunnelling (see [`super::validate_destination`]).
+///
+/// Construct with [`RealServer::new`] and the `with_*` methods (or assign the
+/// public fields); `#[non_exhaustive]`, so a new kernel attribute can become
+/// a field without breaking callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct RealServer {
     /// Address and port (port 0 on a firewall-mark service means "the
     /// packet's own port").

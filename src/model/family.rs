@@ -73,11 +73,13 @@ impl fmt::Display for AddressFamily {
 ///
 /// The kernel does not check the protocol number it is given over netlink, so
 /// services created by other tools may carry any number: those decode as
-/// [`Protocol::Other`].
+/// [`Protocol::Other`]. `#[non_exhaustive]`: a protocol IPVS learns to
+/// handle (as it learnt SCTP) gets its own variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum Protocol {
     /// TCP (6).
     Tcp,

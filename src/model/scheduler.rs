@@ -8,9 +8,13 @@ use std::fmt;
 /// name (an out-of-tree module) is [`Scheduler::Other`]. Names are compared
 /// exactly as the kernel compares them, so `Scheduler::from_name("rr")` and
 /// `Scheduler::RoundRobin` are the same value.
+///
+/// `#[non_exhaustive]`: Linux keeps adding schedulers (`mh` in 4.18, `twos`
+/// in 6.7); each new one gets its own variant, so match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum Scheduler {
     /// `rr`: round robin.
     #[cfg_attr(feature = "serde", serde(rename = "rr"))]

@@ -241,11 +241,15 @@ impl fmt::Display for Netmask {
 ///
 /// `==` compares identity and configuration; see the [module
 /// documentation](crate::model) for the exactness rule. Construct with
-/// [`VirtualServer::new`], which applies ipvsadm's defaults, then adjust the
-/// public fields or use the `with_*` methods.
+/// [`VirtualServer::new`], which applies ipvsadm's defaults, then use the
+/// `with_*` methods (or assign the public fields). The struct is
+/// `#[non_exhaustive]`: a field for a new kernel attribute can be added
+/// without breaking callers, so it cannot be built with a struct literal
+/// outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct VirtualServer {
     /// What the kernel identifies the service by.
     pub key: ServiceKey,
@@ -306,6 +310,13 @@ impl VirtualServer {
     /// Adds flags.
     pub fn with_flags(mut self, flags: ServiceFlags) -> Self {
         self.flags |= flags;
+        self
+    }
+
+    /// Sets the persistence timeout in seconds without touching the flags
+    /// (the kernel stores it whether or not the service is persistent).
+    pub fn with_timeout(mut self, timeout: u32) -> Self {
+        self.timeout = timeout;
         self
     }
 

@@ -1,15 +1,22 @@
 //! Read-only status values: statistics, connection counts, timeouts, info.
 //! None of these take part in the equality of configuration types.
+//!
+//! Every struct here is `#[non_exhaustive]`: its fields are public to read,
+//! and a counter or attribute a newer kernel reports can be added as a field
+//! without breaking callers. Outside this crate, build values with the
+//! constructors (or `Default` and field assignment), not struct literals.
 
 use std::fmt;
 
 use super::{RealServer, VirtualServer};
 
-/// Where a [`Stats`] value came from.
+/// Where a [`Stats`] value came from (`#[non_exhaustive]`: a kernel may add
+/// another statistics attribute, as 4.1 added `STATS64`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum StatsSource {
     /// No statistics attribute was present.
     #[default]
@@ -25,6 +32,7 @@ pub enum StatsSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct Stats {
     /// Connections scheduled.
     pub conns: u64,
@@ -54,6 +62,7 @@ pub struct Stats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct ConnCounts {
     /// Active connections (TCP established).
     pub active: u32,
@@ -63,10 +72,22 @@ pub struct ConnCounts {
     pub persistent: u32,
 }
 
+impl ConnCounts {
+    /// Counts of active, inactive and persistence-template connections.
+    pub const fn new(active: u32, inactive: u32, persistent: u32) -> Self {
+        ConnCounts {
+            active,
+            inactive,
+            persistent,
+        }
+    }
+}
+
 /// A virtual server as the kernel reported it, with its statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct ServiceSnapshot {
     /// The configuration (compare this, not the snapshot).
     pub service: VirtualServer,
@@ -74,10 +95,27 @@ pub struct ServiceSnapshot {
     pub stats: Stats,
 }
 
+impl ServiceSnapshot {
+    /// A snapshot of `service` with zero statistics (`Stats::default()`).
+    pub fn new(service: VirtualServer) -> Self {
+        ServiceSnapshot {
+            service,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Sets the statistics.
+    pub fn with_stats(mut self, stats: Stats) -> Self {
+        self.stats = stats;
+        self
+    }
+}
+
 /// A real server as the kernel reported it, with its counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct DestinationSnapshot {
     /// The configuration (compare this, not the snapshot).
     pub server: RealServer,
@@ -87,11 +125,35 @@ pub struct DestinationSnapshot {
     pub stats: Stats,
 }
 
+impl DestinationSnapshot {
+    /// A snapshot of `server` with zero connection counts and statistics.
+    pub fn new(server: RealServer) -> Self {
+        DestinationSnapshot {
+            server,
+            conns: ConnCounts::default(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Sets the connection counts.
+    pub fn with_conns(mut self, conns: ConnCounts) -> Self {
+        self.conns = conns;
+        self
+    }
+
+    /// Sets the statistics.
+    pub fn with_stats(mut self, stats: Stats) -> Self {
+        self.stats = stats;
+        self
+    }
+}
+
 /// Connection timeouts in seconds (`ipvsadm --set`). When setting, 0 keeps the
 /// kernel's current value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct Timeouts {
     /// Established TCP sessions.
     pub tcp: u32,
@@ -99,6 +161,20 @@ pub struct Timeouts {
     pub tcp_fin: u32,
     /// UDP.
     pub udp: u32,
+}
+
+impl Timeouts {
+    /// The three timeouts of `ipvsadm --set tcp tcpfin udp`, in seconds (0
+    /// keeps the kernel's current value).
+    ///
+    /// ```
+    /// use ipvsctl::model::Timeouts;
+    /// let t = Timeouts::new(900, 120, 300);
+    /// assert_eq!((t.tcp, t.tcp_fin, t.udp), (900, 120, 300));
+    /// ```
+    pub const fn new(tcp: u32, tcp_fin: u32, udp: u32) -> Self {
+        Timeouts { tcp, tcp_fin, udp }
+    }
 }
 
 /// The IPVS version the kernel reports (1.2.1 on every kernel since 2.6).
@@ -132,9 +208,20 @@ impl fmt::Display for Version {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct Info {
     /// IPVS version.
     pub version: Version,
     /// Size of the connection hash table.
     pub conn_tab_size: u32,
+}
+
+impl Info {
+    /// An IPVS version and connection-table size.
+    pub const fn new(version: Version, conn_tab_size: u32) -> Self {
+        Info {
+            version,
+            conn_tab_size,
+        }
+    }
 }

@@ -168,14 +168,14 @@ fn check_plain_addr(
     addr: std::net::SocketAddr,
 ) -> Result<(), ValidationError> {
     let plain = std::net::SocketAddr::new(addr.ip(), addr.port());
-    if let std::net::SocketAddr::V6(v6) = addr {
-        if v6.scope_id() != 0 || v6.flowinfo() != 0 {
-            return Err(ValidationError::NotCanonical {
-                field,
-                given: format!("{v6} (flow label {:#x})", v6.flowinfo()).into(),
-                canonical: plain.to_string().into(),
-            });
-        }
+    if let std::net::SocketAddr::V6(v6) = addr
+        && (v6.scope_id() != 0 || v6.flowinfo() != 0)
+    {
+        return Err(ValidationError::NotCanonical {
+            field,
+            given: format!("{v6} (flow label {:#x})", v6.flowinfo()).into(),
+            canonical: plain.to_string().into(),
+        });
     }
     Ok(())
 }
@@ -261,10 +261,11 @@ impl VirtualServer {
                 });
             }
         }
-        if let ServiceKey::Addr { addr, .. } = self.key {
-            if addr.port() == 0 && !self.flags.contains(ServiceFlags::PERSISTENT) {
-                return Err(ValidationError::ZeroPort { key: self.key });
-            }
+        if let ServiceKey::Addr { addr, .. } = self.key
+            && addr.port() == 0
+            && !self.flags.contains(ServiceFlags::PERSISTENT)
+        {
+            return Err(ValidationError::ZeroPort { key: self.key });
         }
         Ok(())
     }
@@ -294,10 +295,10 @@ impl RealServer {
                 upper: self.upper_threshold,
             });
         }
-        if let ForwardMethod::Tunnel(t) = self.forward {
-            if t.encap == (TunnelEncap::Gue { port: 0 }) {
-                return Err(ValidationError::GueWithoutPort);
-            }
+        if let ForwardMethod::Tunnel(t) = self.forward
+            && t.encap == (TunnelEncap::Gue { port: 0 })
+        {
+            return Err(ValidationError::GueWithoutPort);
         }
         Ok(())
     }
@@ -340,10 +341,10 @@ impl SyncDaemon {
     /// Checks the interface name and multicast group.
     pub fn validate(&self) -> Result<(), ValidationError> {
         check_name("interface", &self.interface)?;
-        if let Some(group) = self.group {
-            if !group.is_multicast() {
-                return Err(ValidationError::NotMulticast { group });
-            }
+        if let Some(group) = self.group
+            && !group.is_multicast()
+        {
+            return Err(ValidationError::NotMulticast { group });
         }
         Ok(())
     }

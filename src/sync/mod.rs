@@ -39,10 +39,8 @@
 //! use ipvsctl::sync::{DesiredState, Scope, SyncOptions, Syncer, Verify};
 //!
 //! let handle = Handle::new()?;
-//! let mut syncer = Syncer::with_options(&handle, SyncOptions {
-//!     scope: Scope::Owned,
-//!     ..SyncOptions::default()
-//! });
+//! let options = SyncOptions::default().with_scope(Scope::Owned);
+//! let mut syncer = Syncer::with_options(&handle, options);
 //! let mut desired = DesiredState::new();
 //! for i in 0..100u8 {
 //!     let key = ServiceKey::tcp(format!("10.96.0.{i}:80").parse().unwrap());

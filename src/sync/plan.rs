@@ -74,8 +74,16 @@ impl fmt::Debug for Scope {
     }
 }
 
-/// Options of a plan.
+/// Options of a plan: [`PlanOptions::default`] and the `with_*` methods
+/// (`#[non_exhaustive]`, so options can be added).
+///
+/// ```
+/// use ipvsctl::sync::PlanOptions;
+/// let options = PlanOptions::default().with_graceful_termination(true);
+/// assert!(options.graceful_termination);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PlanOptions {
     /// Graceful termination, as kube-proxy does it: a real server that left
     /// the desired state is first set to weight 0 and deleted only once its
@@ -86,8 +94,17 @@ pub struct PlanOptions {
     pub graceful_termination: bool,
 }
 
+impl PlanOptions {
+    /// Turns graceful termination on or off (off by default).
+    pub fn with_graceful_termination(mut self, on: bool) -> Self {
+        self.graceful_termination = on;
+        self
+    }
+}
+
 /// Counts for one kind of object.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counts {
     /// Added.
     pub added: usize,
@@ -108,6 +125,7 @@ impl Counts {
 
 /// What a plan does, by kind of object.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PlanCounts {
     /// Virtual servers. `deleted` counts managed services that are not
     /// desired (their real servers go with them and are not counted).
@@ -130,6 +148,7 @@ pub struct PlanCounts {
 /// service is thus always created before its real servers, and pipelining
 /// the plan in order is safe.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Plan {
     /// The operations, in the order they must be sent.
     pub ops: Vec<Op>,

@@ -32,8 +32,21 @@ pub enum Verify {
     None,
 }
 
-/// Settings of a [`Syncer`].
+/// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
+/// methods (`#[non_exhaustive]`, so settings can be added).
+///
+/// ```
+/// use ipvsctl::BatchMode;
+/// use ipvsctl::sync::{PlanOptions, Scope, SyncOptions};
+/// let options = SyncOptions::default()
+///     .with_scope(Scope::All)
+///     .with_plan(PlanOptions::default().with_graceful_termination(true))
+///     .with_mode(BatchMode::Pipelined)
+///     .with_read_sockets(4);
+/// assert_eq!(options.read_sockets, 4);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SyncOptions {
     /// Which services the syncer manages besides the desired ones.
     pub scope: Scope,
@@ -60,8 +73,35 @@ impl Default for SyncOptions {
     }
 }
 
+impl SyncOptions {
+    /// Sets the scope (default [`Scope::Owned`]).
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Sets the plan options (default: no graceful termination).
+    pub fn with_plan(mut self, plan: PlanOptions) -> Self {
+        self.plan = plan;
+        self
+    }
+
+    /// Sets how write batches are sent (default [`BatchMode::Pipelined`]).
+    pub fn with_mode(mut self, mode: BatchMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the number of sockets for parallel full reads (default 1).
+    pub fn with_read_sockets(mut self, read_sockets: usize) -> Self {
+        self.read_sockets = read_sockets;
+        self
+    }
+}
+
 /// An operation of a sync that failed, with its typed error.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SyncFailure {
     /// The operation; `None` when the socket itself failed and the rest of
     /// a batch could not be accounted for one by one (the syncer then
@@ -73,6 +113,7 @@ pub struct SyncFailure {
 
 /// What a sync did.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct SyncReport {
     /// How the kernel was read (a syncer without memory reads fully whatever
     /// was asked).

@@ -275,11 +275,11 @@ fn roundtrip_body(body: &[u8]) {
     frame::encode_request(&mut b2, &m2, FAMILY, 7, NLM_F_ACK).expect("re-encoding");
     assert_eq!(b2, b1, "encode(decode(encode(m))) != encode(m)");
 
-    if let Ok(s) = reply::service(m1.clone()) {
-        if let Ok(req) = request::new_service(&s.service) {
-            let back = reply::service(wire(&req)).expect("service request decodes as a service");
-            assert_eq!(back.service, s.service, "service changed on its way back");
-        }
+    if let Ok(s) = reply::service(m1.clone())
+        && let Ok(req) = request::new_service(&s.service)
+    {
+        let back = reply::service(wire(&req)).expect("service request decodes as a service");
+        assert_eq!(back.service, s.service, "service changed on its way back");
     }
     for family in [AddressFamily::Inet, AddressFamily::Inet6] {
         let Ok(d) = reply::destination(m1.clone(), family) else {
@@ -296,15 +296,15 @@ fn roundtrip_body(body: &[u8]) {
             assert_eq!(back.server, d.server, "real server changed on its way back");
         }
     }
-    if let Ok(d) = reply::daemon(m1.clone()) {
-        if let Ok(req) = request::new_daemon(&d) {
-            assert_eq!(reply::daemon(wire(&req)).expect("daemon decodes"), d);
-        }
+    if let Ok(d) = reply::daemon(m1.clone())
+        && let Ok(req) = request::new_daemon(&d)
+    {
+        assert_eq!(reply::daemon(wire(&req)).expect("daemon decodes"), d);
     }
-    if let Ok(t) = reply::timeouts(&m1) {
-        if let Ok(req) = request::set_config(&t) {
-            assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), t);
-        }
+    if let Ok(t) = reply::timeouts(&m1)
+        && let Ok(req) = request::set_config(&t)
+    {
+        assert_eq!(reply::timeouts(&wire(&req)).expect("timeouts decode"), t);
     }
 }
 
@@ -604,26 +604,16 @@ pub fn rules(data: &[u8]) {
 
 /// `-L -n` and `-S -n` listings of a table.
 fn list(table: &restore::Desired) {
-    let info = ipvsctl::model::Info {
-        version: ipvsctl::model::Version(0x010201),
-        conn_tab_size: 4096,
-    };
+    let info = ipvsctl::model::Info::new(ipvsctl::model::Version(0x010201), 4096);
     let mut entries: Vec<format::Entry> = table
         .services
         .iter()
         .map(|s| format::Entry {
-            service: ipvsctl::model::ServiceSnapshot {
-                service: s.service.clone(),
-                stats: Default::default(),
-            },
+            service: ipvsctl::model::ServiceSnapshot::new(s.service.clone()),
             dests: s
                 .servers
                 .iter()
-                .map(|rs| ipvsctl::model::DestinationSnapshot {
-                    server: *rs,
-                    conns: Default::default(),
-                    stats: Default::default(),
-                })
+                .map(|rs| ipvsctl::model::DestinationSnapshot::new(*rs))
                 .collect(),
         })
         .collect();
@@ -682,9 +672,7 @@ impl SyncCase {
         let addrs = (0..naddrs)
             .map(|_| small_addr(u))
             .collect::<ArbResult<Vec<_>>>()?;
-        let options = PlanOptions {
-            graceful_termination: u.arbitrary()?,
-        };
+        let options = PlanOptions::default().with_graceful_termination(u.arbitrary()?);
 
         let mut desired = DesiredState::new();
         for _ in 0..u.int_in_range(0..=nkeys)? {
@@ -723,11 +711,11 @@ impl SyncCase {
                     continue;
                 }
                 let conns = if u.arbitrary()? {
-                    Some(ConnCounts {
-                        active: u.int_in_range(0..=2)?,
-                        inactive: u.int_in_range(0..=2)?,
-                        persistent: u.int_in_range(0..=2)?,
-                    })
+                    Some(ConnCounts::new(
+                        u.int_in_range(0..=2)?,
+                        u.int_in_range(0..=2)?,
+                        u.int_in_range(0..=2)?,
+                    ))
                 } else {
                     None
                 };
@@ -872,13 +860,7 @@ impl SyncCase {
                     "real server {addr} of {key} left behind (drains: {drains}, idle: {idle}, weight {})",
                     d.server.weight
                 );
-                assert_eq!(
-                    d.server,
-                    RealServer {
-                        weight: 0,
-                        ..before.server
-                    }
-                );
+                assert_eq!(d.server, before.server.with_weight(0));
             }
         }
         for (key, (vs, dests)) in &kernel.services {
@@ -1032,12 +1014,12 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
         0 => ForwardMethod::Masquerade,
         1 => ForwardMethod::Local,
         2 => ForwardMethod::Tunnel(Tunnel::IPIP),
-        3 => ForwardMethod::Tunnel(Tunnel {
-            encap: TunnelEncap::Gue {
+        3 => ForwardMethod::Tunnel(
+            Tunnel::new(TunnelEncap::Gue {
                 port: u.int_in_range(0..=1)?,
-            },
-            flags: TunnelFlags::CSUM,
-        }),
+            })
+            .with_flags(TunnelFlags::CSUM),
+        ),
         _ => ForwardMethod::DirectRoute,
     };
     let upper = u.int_in_range(0..=2)?;

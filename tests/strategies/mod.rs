@@ -84,16 +84,18 @@ pub fn virtual_server(with_pe: bool) -> impl Strategy<Value = VirtualServer> {
             netmask(key.family()),
             proptest::bool::weighted(if with_pe { 0.2 } else { 0.0 }),
         )
-            .prop_map(
-                move |(scheduler, flags, timeout, netmask, pe)| VirtualServer {
-                    key,
-                    scheduler,
-                    flags,
-                    timeout,
-                    netmask,
-                    persistence_engine: pe.then(PersistenceEngine::sip),
-                },
-            )
+            .prop_map(move |(scheduler, flags, timeout, netmask, pe)| {
+                let vs = VirtualServer::new(key)
+                    .with_scheduler(scheduler)
+                    .with_flags(flags)
+                    .with_timeout(timeout)
+                    .with_netmask(netmask);
+                if pe {
+                    vs.with_persistence_engine(PersistenceEngine::sip())
+                } else {
+                    vs
+                }
+            })
     })
 }
 
@@ -103,10 +105,8 @@ pub fn tunnel() -> impl Strategy<Value = Tunnel> {
         (1u16..=65535).prop_map(|port| TunnelEncap::Gue { port }),
         Just(TunnelEncap::Gre),
     ];
-    (encap, 0u16..4).prop_map(|(encap, f)| Tunnel {
-        encap,
-        flags: TunnelFlags::from_bits_truncate(f),
-    })
+    (encap, 0u16..4)
+        .prop_map(|(encap, f)| Tunnel::new(encap).with_flags(TunnelFlags::from_bits_truncate(f)))
 }
 
 pub fn forward() -> impl Strategy<Value = ForwardMethod> {
@@ -133,12 +133,11 @@ pub fn real_server(family: AddressFamily) -> impl Strategy<Value = RealServer> {
             0..=i32::MAX as u32,
             0..=i32::MAX as u32,
         )
-            .prop_map(move |(ip, port, weight, a, b)| RealServer {
-                addr: SocketAddr::new(ip, port),
-                weight,
-                forward,
-                upper_threshold: a.max(b),
-                lower_threshold: a.min(b),
+            .prop_map(move |(ip, port, weight, a, b)| {
+                RealServer::new(SocketAddr::new(ip, port))
+                    .with_weight(weight)
+                    .with_forward(forward)
+                    .with_thresholds(a.max(b), a.min(b))
             })
     })
 }

@@ -2,7 +2,10 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+use netlink_packet_core::Nla;
+
+use super::UnknownAttr;
+use crate::codec::DecodeError;
 
 use super::{AttrView, ParseAttr, emit_cstr, fixed, kind, other, parse_cstr};
 use crate::codec::consts::daemon_attr as a;
@@ -28,7 +31,7 @@ pub enum DaemonAttr {
     /// Multicast TTL, u8 (4.3+).
     McastTtl(u8),
     /// An attribute this crate does not know.
-    Other(DefaultNla),
+    Other(UnknownAttr),
 }
 
 impl Nla for DaemonAttr {
@@ -67,12 +70,6 @@ impl Nla for DaemonAttr {
             Self::McastTtl(t) => buf[0] = *t,
             Self::Other(nla) => nla.emit_value(buf),
         }
-    }
-}
-
-impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DaemonAttr {
-    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
-        Self::parse_view(nla)
     }
 }
 

@@ -1,6 +1,9 @@
 //! Destination attributes (`IPVS_DEST_ATTR_*`).
 
-use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+use netlink_packet_core::Nla;
+
+use super::UnknownAttr;
+use crate::codec::DecodeError;
 
 use super::{
     AttrView, ParseAttr, RawAddr, StatsAttr, emit_all, fixed, kind, len_all, other, parse_all,
@@ -42,7 +45,7 @@ pub enum DestAttr {
     /// Tunnel flags, u16 (5.3+).
     TunFlags(u16),
     /// An attribute this crate does not know.
-    Other(DefaultNla),
+    Other(UnknownAttr),
 }
 
 impl Nla for DestAttr {
@@ -100,12 +103,6 @@ impl Nla for DestAttr {
             Self::Stats(v) | Self::Stats64(v) => emit_all(v, buf),
             Self::Other(nla) => nla.emit_value(buf),
         }
-    }
-}
-
-impl<'a> Parseable<NlaBuffer<&'a [u8]>> for DestAttr {
-    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
-        Self::parse_view(nla)
     }
 }
 

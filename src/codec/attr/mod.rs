@@ -24,7 +24,7 @@ pub(crate) use stats::for_each_counter;
 pub use stats::{StatValue, StatsAttr};
 pub use top::IpvsAttr;
 
-use netlink_packet_core::{DecodeError, DefaultNla, NlaBuffer};
+use crate::codec::DecodeError;
 
 /// An address attribute as carried on the wire: up to 16 bytes (the kernel
 /// sends the whole `union nf_inet_addr`, 16 bytes, even for IPv4).
@@ -99,8 +99,8 @@ pub(crate) struct RawNla<'a> {
     value: &'a [u8],
 }
 
-/// Read access to an attribute, from a [`RawNla`] or an `NlaBuffer`, so each
-/// attribute enum has one parser for both.
+/// Read access to an attribute ([`RawNla`]), so each attribute enum has one
+/// parser whatever holds the bytes.
 pub(crate) trait AttrView<'a> {
     /// The type with `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER` as sent.
     fn raw_kind(&self) -> u16;
@@ -114,26 +114,6 @@ impl<'a> AttrView<'a> for RawNla<'a> {
     }
     fn value(&self) -> &'a [u8] {
         self.value
-    }
-}
-
-impl<'a> AttrView<'a> for NlaBuffer<&'a [u8]> {
-    fn raw_kind(&self) -> u16 {
-        let mut k = self.kind();
-        if self.nested_flag() {
-            k |= netlink_packet_core::NLA_F_NESTED;
-        }
-        if self.network_byte_order_flag() {
-            k |= netlink_packet_core::NLA_F_NET_BYTEORDER;
-        }
-        k
-    }
-    fn value(&self) -> &'a [u8] {
-        // `NlaBuffer::value` borrows from the buffer wrapper; the same range
-        // of the underlying slice outlives it (empty if the length field
-        // overstates, where `value` would panic).
-        let len = self.value_length();
-        self.into_inner().get(4..4 + len).unwrap_or(&[])
     }
 }
 
@@ -210,8 +190,53 @@ pub(crate) fn kind<'v, V: AttrView<'v>>(nla: &V) -> u16 {
 
 /// An attribute this crate does not interpret, kept for re-emission with
 /// its type bits as sent.
-pub(crate) fn other<'v, V: AttrView<'v>>(nla: &V) -> Result<DefaultNla, DecodeError> {
-    Ok(DefaultNla::new(nla.raw_kind(), nla.value().to_vec()))
+pub(crate) fn other<'v, V: AttrView<'v>>(nla: &V) -> Result<UnknownAttr, DecodeError> {
+    Ok(UnknownAttr::new(nla.raw_kind(), nla.value().to_vec()))
+}
+
+/// An attribute this crate does not interpret (the `Other` variant of every
+/// attribute enum): its type as sent, flag bits included, and its value.
+/// Emitting it writes the same bytes back.
+///
+/// ```
+/// use ipvsctl::codec::attr::UnknownAttr;
+/// let a = UnknownAttr::new(0x0063, vec![1, 2]);
+/// assert_eq!((a.kind(), a.value()), (0x0063, &[1u8, 2][..]));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UnknownAttr {
+    kind: u16,
+    value: Vec<u8>,
+}
+
+impl UnknownAttr {
+    /// An attribute of type `kind` (with its `NLA_F_NESTED` and
+    /// `NLA_F_NET_BYTEORDER` bits) and value `value`.
+    pub fn new(kind: u16, value: Vec<u8>) -> Self {
+        UnknownAttr { kind, value }
+    }
+
+    /// The type as sent, flag bits included.
+    pub fn kind(&self) -> u16 {
+        self.kind
+    }
+
+    /// The value, without header or padding.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+}
+
+impl netlink_packet_core::Nla for UnknownAttr {
+    fn value_len(&self) -> usize {
+        self.value.len()
+    }
+    fn kind(&self) -> u16 {
+        self.kind
+    }
+    fn emit_value(&self, buffer: &mut [u8]) {
+        buffer.copy_from_slice(&self.value);
+    }
 }
 
 /// Emits a list of attributes into `buf` (which is exactly their length).
@@ -226,10 +251,10 @@ pub(crate) fn emit_all<T: netlink_packet_core::Nla>(attrs: &[T], buf: &mut [u8])
     }
     let mut at = 0;
     for a in attrs {
-        if a.kind() & BOTH == BOTH {
-            if let Some(field) = buf.get_mut(at + 2..at + 4) {
-                field.copy_from_slice(&a.kind().to_ne_bytes());
-            }
+        if a.kind() & BOTH == BOTH
+            && let Some(field) = buf.get_mut(at + 2..at + 4)
+        {
+            field.copy_from_slice(&a.kind().to_ne_bytes());
         }
         at += netlink_packet_core::Emitable::buffer_len(a);
     }
@@ -290,7 +315,7 @@ mod tests {
         let nested = IpvsMessage::new(
             IpvsCmd::NewService,
             vec![IpvsAttr::Service(vec![ServiceAttr::Other(
-                DefaultNla::new(0xc063, vec![1, 2]),
+                UnknownAttr::new(0xc063, vec![1, 2]),
             )])],
         );
         let mut out = Vec::new();

@@ -2,7 +2,10 @@
 
 use std::borrow::Cow;
 
-use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+use netlink_packet_core::Nla;
+
+use super::UnknownAttr;
+use crate::codec::DecodeError;
 
 use super::{
     AttrView, ParseAttr, RawAddr, StatsAttr, cstr, emit_all, emit_cstr, fixed, kind, len_all,
@@ -44,7 +47,7 @@ pub enum ServiceAttr {
     /// 64-bit statistics (output, 4.1+).
     Stats64(Vec<StatsAttr>),
     /// An attribute this crate does not know.
-    Other(DefaultNla),
+    Other(UnknownAttr),
 }
 
 impl Nla for ServiceAttr {
@@ -93,12 +96,6 @@ impl Nla for ServiceAttr {
             Self::Stats(v) | Self::Stats64(v) => emit_all(v, buf),
             Self::Other(nla) => nla.emit_value(buf),
         }
-    }
-}
-
-impl<'a> Parseable<NlaBuffer<&'a [u8]>> for ServiceAttr {
-    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
-        Self::parse_view(nla)
     }
 }
 

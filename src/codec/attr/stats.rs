@@ -1,7 +1,10 @@
 //! Statistics attributes (`IPVS_STATS_ATTR_*`), shared by `STATS` and
 //! `STATS64` nests.
 
-use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer, Parseable};
+use netlink_packet_core::Nla;
+
+use super::UnknownAttr;
+use crate::codec::DecodeError;
 
 use super::{AttrView, ParseAttr, RawAttrs, kind, other};
 use crate::codec::consts::stats_attr as a;
@@ -83,7 +86,7 @@ pub enum StatsAttr {
     /// Alignment padding before a 64-bit value (skipped on decode).
     Pad(Vec<u8>),
     /// An attribute this crate does not know.
-    Other(DefaultNla),
+    Other(UnknownAttr),
 }
 
 impl StatsAttr {
@@ -141,12 +144,6 @@ impl Nla for StatsAttr {
                 }
             }
         }
-    }
-}
-
-impl<'a> Parseable<NlaBuffer<&'a [u8]>> for StatsAttr {
-    fn parse(nla: &NlaBuffer<&'a [u8]>) -> Result<Self, DecodeError> {
-        Self::parse_view(nla)
     }
 }
 

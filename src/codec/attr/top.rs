@@ -1,7 +1,10 @@
 //! Top-level attributes of an IPVS message (`IPVS_CMD_ATTR_*`, and
 //! `IPVS_INFO_ATTR_*` in info replies, which reuse the same numbers).
 
-use netlink_packet_core::{DecodeError, DefaultNla, Nla, NlaBuffer};
+use netlink_packet_core::Nla;
+
+use super::UnknownAttr;
+use crate::codec::DecodeError;
 
 use super::{
     AttrView, DaemonAttr, DestAttr, ServiceAttr, emit_all, fixed, kind, len_all, other, parse_all,
@@ -30,7 +33,7 @@ pub enum IpvsAttr {
     /// messages only).
     InfoConnTabSize(u32),
     /// An attribute this crate does not know.
-    Other(DefaultNla),
+    Other(UnknownAttr),
 }
 
 impl Nla for IpvsAttr {
@@ -81,10 +84,6 @@ impl IpvsAttr {
     /// Parses a top-level attribute. `info` selects the info attribute space
     /// (`GET_INFO` requests and `SET_INFO` replies), whose numbers overlap the
     /// command attributes.
-    pub fn parse(nla: &NlaBuffer<&[u8]>, info: bool) -> Result<Self, DecodeError> {
-        Self::parse_view(nla, info)
-    }
-
     pub(crate) fn parse_view<'v, V: AttrView<'v>>(
         nla: &V,
         info: bool,
