@@ -330,13 +330,7 @@ fn outside_entries_are_refused(dir: &Path, plain: &[u8], req: &Requirements) {
     fs::write(modules_dir.join("modules.builtin"), "").unwrap();
     std::os::unix::fs::symlink(&copy, modules_dir.join("kernel/ip_vs_lc.ko")).unwrap();
     // The running system's /proc and /sys, a hostile modules tree.
-    let cfg = CheckConfig {
-        roots: Roots {
-            lib_modules,
-            ..Roots::default()
-        },
-        release: None,
-    };
+    let cfg = CheckConfig::default().with_roots(Roots::default().with_lib_modules(lib_modules));
     for entry in [
         copy.display().to_string(),
         "../../../outside/ip_vs_lc.ko".to_owned(),

@@ -310,10 +310,7 @@ impl HostileTree {
     }
 
     fn cfg(&self) -> CheckConfig {
-        CheckConfig {
-            roots: Roots::under(&self.dir.0),
-            release: None,
-        }
+        CheckConfig::default().with_roots(Roots::under(&self.dir.0))
     }
 
     fn modules_dir(&self) -> PathBuf {
