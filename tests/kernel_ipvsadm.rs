@@ -758,23 +758,44 @@ fn replace_table_updates_in_place_and_deletes_the_rest() {
     assert_eq!(r.status, Some(0), "{r:?}");
     assert_eq!(save(&ns), save(&reference));
 
-    // One connection to 10.0.0.2:80 (a SYN, sent to 10.1.0.3, which has no
-    // route: the connection entry and the counters are made all the same).
+    // One connection to 10.0.0.2:80: a SYN, sent on to 10.1.0.3, which has
+    // no route (the connect fails), but the kernel made the connection
+    // entry and counted it.
     ns.run("ip", &["addr", "add", "10.0.0.2/32", "dev", "lo"]);
-    let _ = ns
-        .command("timeout")
-        .args(["3", "bash", "-c", "exec 3<>/dev/tcp/10.0.0.2/80"])
-        .output();
-    let stats = |ns: &TestNetns| {
-        let text = ok(ns, Tool::Ipvsadm, "-Ln --stats -t 10.0.0.2:80");
-        text.lines().skip(2).map(str::to_owned).collect::<Vec<_>>()
+    let vip: std::net::SocketAddr = "10.0.0.2:80".parse().unwrap();
+    let connect = ipvsctl::netlink::netns::run_in(&ipvsctl::NetNs::path(ns.path()), || {
+        Ok(std::net::TcpStream::connect_timeout(
+            &vip,
+            std::time::Duration::from_secs(3),
+        ))
+    });
+    // The Conns column of the service and of its real server (the packet
+    // counters move on with retransmissions).
+    let conns = |ns: &TestNetns| {
+        // (Listed whole: ipvsadm's listing of one service shows no counters.)
+        let text = ok(ns, Tool::Ipvsadm, "-Ln --stats");
+        text.lines()
+            .skip_while(|l| !l.starts_with("TCP  10.0.0.2:80 "))
+            .take(2)
+            .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
     };
-    let counted = stats(&ns);
-    assert!(
-        counted
-            .first()
-            .is_some_and(|l| l.split_whitespace().nth(2) == Some("1")),
-        "no connection counted: {counted:?}"
+    // The kernel folds its per-CPU counters into the listed ones every two
+    // seconds.
+    let counted = |ns: &TestNetns| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = conns(ns);
+            if now == ["1", "1"] || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    assert_eq!(
+        counted(&ns),
+        ["1", "1"],
+        "no connection counted ({connect:?})"
     );
 
     // Service 1: a weight changes, a server goes, a server comes.
@@ -815,7 +836,7 @@ fn replace_table_updates_in_place_and_deletes_the_rest() {
     assert_eq!(save(&ns), save(&reference));
     // Service 2 and its server were updated, not deleted and re-added: the
     // connection and its counters are still theirs.
-    assert_eq!(stats(&ns), counted);
+    assert_eq!(counted(&ns), ["1", "1"]);
     let listed = ok(&ns, Tool::Ipvsadm, "-Ln -t 10.0.0.2:80");
     assert!(
         listed.contains("TCP  10.0.0.2:80 lc\n  -> 10.1.0.3:80                  Route   1      1"),
