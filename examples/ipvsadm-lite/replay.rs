@@ -1,5 +1,5 @@
 //! `-R` the way ipvsadm 1.31 does it: the rule file's lines run in order,
-//! each on its own. A line the kernel refuses prints ipvsadm's message
+//! each as its own command. A line the kernel refuses prints ipvsadm's message
 //! (without a line number) and the next line runs; the exit status is the
 //! last line's (0, or 255 when it failed); nothing the file does not say
 //! is deleted.
@@ -8,10 +8,12 @@
 //! ipvsadm exits on (a bad value, a missing command) changes nothing here,
 //! where ipvsadm has already run the lines before it. Lines ipvsadm only
 //! reports (an unknown option, a missing option value) are reported in
-//! their place and skipped, as ipvsadm does. The changes between two lines
-//! that are not changes of services or servers (`-C`, `--set`, `-Z`, a
-//! listing, ...) go to the kernel pipelined, many per datagram, with one
-//! answer per failing line, in line order.
+//! their place and skipped, as ipvsadm does.
+//!
+//! Runs of service and server changes (`-A -E -D -a -e -d`) go to the kernel
+//! pipelined, many requests per datagram, with an answer for each failing
+//! line, so the messages still come in line order; any other line (`-C`,
+//! `--set`, `-Z`, a listing, the daemons) runs on its own, in its place.
 
 use std::fmt::Write as _;
 
