@@ -971,12 +971,11 @@ fn restore_options_are_for_restore_only_and_replace_table_excludes_clear_first()
     );
 }
 
-/// `parse_each` with `BadLines::Skip`, one thread or several: the rules and
-/// the skipped lines, each with its line number.
-fn parse_skipping(
-    text: &str,
-    threads: usize,
-) -> Result<(Vec<usize>, Vec<(usize, String)>), rules::ParseError> {
+/// The line numbers of the rules, and the skipped lines with their messages.
+type Parsed = (Vec<usize>, Vec<(usize, String)>);
+
+/// `parse_each` with `BadLines::Skip`, one thread or several.
+fn parse_skipping(text: &str, threads: usize) -> Result<Parsed, rules::ParseError> {
     let (mut ran, mut skipped) = (Vec::new(), Vec::new());
     rules::parse_each(
         text,
