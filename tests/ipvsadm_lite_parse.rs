@@ -276,6 +276,15 @@ fn other_commands() {
         ok("-R --clear-first --dry-run"),
         Command::Restore(RestoreOptions {
             clear_first: true,
+            replace_table: false,
+            dry_run: true
+        })
+    );
+    assert_eq!(
+        ok("-R --replace-table --dry-run"),
+        Command::Restore(RestoreOptions {
+            clear_first: false,
+            replace_table: true,
             dry_run: true
         })
     );
@@ -798,9 +807,14 @@ fn split_parsing_gives_the_same_rules_and_first_error() {
 /// The table built part by part during a threaded parse (as `-R` does).
 fn table_while_parsing(text: &str, threads: usize) -> Result<restore::Desired, rules::ParseError> {
     let mut table = restore::Table::with_capacity(0);
-    rules::parse_each(text, "ipvsadm", &NoResolver, threads, |rules| {
-        rules.iter().try_for_each(|rule| table.run(rule))
-    })?;
+    rules::parse_each(
+        text,
+        "ipvsadm",
+        &NoResolver,
+        threads,
+        rules::BadLines::Stop,
+        |rules, _| rules.iter().try_for_each(|rule| table.run(rule)),
+    )?;
     Ok(table.finish())
 }
 
@@ -922,4 +936,108 @@ fn fast_lines_parse_exactly_like_the_general_parser() {
         panic!("not taken");
     };
     assert_eq!(rs.addr, "172.16.0.1:80".parse().unwrap());
+}
+
+#[test]
+fn restore_options_are_for_restore_only_and_replace_table_excludes_clear_first() {
+    assert_eq!(
+        err("-R --clear-first --replace-table"),
+        (
+            "--clear-first and --replace-table conflict: --replace-table never deletes what stays"
+                .to_owned(),
+            2
+        )
+    );
+    assert_eq!(
+        err("-A -t 1.2.3.4:80 --replace-table"),
+        ("invalid option `--replace-table'".to_owned(), 2)
+    );
+    assert_eq!(
+        err("-R --replace-table=yes").1,
+        255,
+        "a value for a flag is popt's error"
+    );
+}
+
+/// The line numbers of the rules, and the skipped lines with their messages.
+type Parsed = (Vec<usize>, Vec<(usize, String)>);
+
+/// `parse_each` with `BadLines::Skip`, one thread or several.
+fn parse_skipping(text: &str, threads: usize) -> Result<Parsed, rules::ParseError> {
+    let (mut ran, mut skipped) = (Vec::new(), Vec::new());
+    rules::parse_each(
+        text,
+        "ipvsadm",
+        &NoResolver,
+        threads,
+        rules::BadLines::Skip,
+        |rules, bad| {
+            ran.extend(rules.iter().map(|r| r.line));
+            skipped.extend(bad.into_iter().map(|e| (e.line, e.error.message)));
+            Ok(())
+        },
+    )?;
+    Ok((ran, skipped))
+}
+
+#[test]
+fn ipvsadm_restore_skips_lines_with_unknown_options_and_stops_at_bad_values() {
+    // ipvsadm -R reports an unknown option or a missing value and goes on.
+    let text = "-A -t 10.0.0.1:80\n-A -t 10.0.0.2:80 --bogus\n\n-A -t 10.0.0.3:80 -s\n-Z\n";
+    let (ran, skipped) = parse_skipping(text, 1).unwrap();
+    assert_eq!(ran, [1, 5]);
+    assert_eq!(
+        skipped,
+        [
+            (2, "--bogus: unknown option".to_owned()),
+            (4, "-s: missing argument".to_owned())
+        ]
+    );
+    // It exits on a bad value, a missing command and -R; so does the parse.
+    for (text, line, message) in [
+        (
+            "-A -t 10.0.0.1:80 --bogus\n-A -t 10.0.0.999:80\n",
+            2,
+            "illegal virtual server address[:port] specified",
+        ),
+        (
+            "-A -t 10.0.0.1:80\n-t 10.0.0.2:80\n",
+            2,
+            "Try `ipvsadm -h' or 'ipvsadm --help' for more information.",
+        ),
+        (
+            "-R\n",
+            1,
+            "Try `ipvsadm -h' or 'ipvsadm --help' for more information.",
+        ),
+    ] {
+        let e = parse_skipping(text, 1).unwrap_err();
+        assert_eq!(
+            (e.line, e.error.message.as_str()),
+            (line, message),
+            "{text}"
+        );
+        assert!(e.error.exits);
+    }
+    // Split among threads, the same lines.
+    let mut big = String::new();
+    for i in 0..4000u32 {
+        big.push_str(&format!("-A -t 10.{}.{}.1:80 -s rr\n", i / 250, i % 250));
+        if i % 700 == 0 {
+            big.push_str("-A -t 10.255.0.1:80 --nope\n");
+        }
+    }
+    let one = parse_skipping(&big, 1).unwrap();
+    assert_eq!(one.1.len(), 6);
+    assert_eq!(one.0.len() + one.1.len(), big.lines().count());
+    for threads in [2, 3, 4] {
+        assert_eq!(
+            parse_skipping(&big, threads).unwrap(),
+            one,
+            "{threads} threads"
+        );
+    }
+    // Without skipping, the first such line is the error.
+    let e = rules::parse(text).unwrap_err();
+    assert_eq!((e.line, e.error.exits), (2, false));
 }

@@ -520,9 +520,220 @@ fn a_thousand_services_list_identically() {
     assert_eq!(sorted_lines(&save(&a)), sorted_lines(&save(&b)));
 }
 
+/// Services of other programs (keepalived, Docker) already in the table.
+const FOREIGN: &[&str] = &[
+    "-A -t 10.9.9.9:80 -s rr",
+    "-a -t 10.9.9.9:80 -r 10.8.8.8:80 -m",
+    "-A -f 77 -s wrr",
+];
+
+/// Rules that name services of their own only.
+const OWN: &str = "\
+-A -t 10.0.0.1:80 -s rr
+-a -t 10.0.0.1:80 -r 10.1.0.1:80 -m -w 1
+-a -t 10.0.0.1:80 -r 10.1.0.2:80 -g -w 2
+-A -u 10.0.0.1:53 -s wlc
+-a -u 10.0.0.1:53 -r 10.1.0.3:5353 -m -w 4
+-A -f 5 -s rr
+";
+
+/// What one `-R` did: the run and the table (`-Sn`) after it.
+#[derive(Debug, PartialEq, Eq)]
+struct Restored {
+    run: Run,
+    table: String,
+}
+
+/// `-R` of the same rules by each tool (lite with `extra` options), each
+/// into a fresh namespace first set up with `setup` by ipvsadm; `rules` is
+/// restored `times` times, the last run is returned.
+fn restore_side_by_side(
+    setup: &[&str],
+    rules: &str,
+    extra: &[&str],
+    times: usize,
+) -> (Restored, Restored) {
+    let one = |tool: Tool, extra: &[&str]| {
+        let ns = TestNetns::with_ipvs();
+        build(&ns, Tool::Ipvsadm, setup);
+        let mut args = vec!["-R"];
+        args.extend_from_slice(extra);
+        let mut last = None;
+        for _ in 0..times {
+            last = Some(run(&ns, tool, &args, Some(rules)));
+        }
+        Restored {
+            run: last.expect("restored at least once"),
+            table: save(&ns),
+        }
+    };
+    (one(Tool::Ipvsadm, &[]), one(Tool::Lite, extra))
+}
+
+/// Asserts that both tools did the same, and returns what that was.
+fn assert_same(setup: &[&str], rules: &str, times: usize) -> Restored {
+    let (a, b) = restore_side_by_side(setup, rules, &[], times);
+    assert_eq!(
+        a, b,
+        "ipvsadm (left) and ipvsadm-lite (right) differ on\n{rules}"
+    );
+    a
+}
+
 #[test]
-fn restore_updates_in_place_and_deletes_only_what_went() {
+fn restore_keeps_services_it_does_not_name_like_ipvsadm() {
+    let r = assert_same(FOREIGN, OWN, 1);
+    assert_eq!(r.run.status, Some(0), "{r:?}");
+    assert_eq!(r.run.stderr, "");
+    for line in FOREIGN {
+        assert!(r.table.contains(line), "{line} went: {}", r.table);
+    }
+    assert!(r.table.contains("-A -u 10.0.0.1:53 -s wlc"), "{}", r.table);
+    assert_eq!(r.table.lines().count(), FOREIGN.len() + 6, "{}", r.table);
+}
+
+#[test]
+fn restoring_twice_fails_like_ipvsadm() {
+    let r = assert_same(FOREIGN, OWN, 2);
+    assert_eq!(r.run.status, Some(255), "{r:?}");
+    assert_eq!(
+        r.run.stderr,
+        "Service already exists\nDestination already exists\nDestination already exists\n\
+         Service already exists\nDestination already exists\nService already exists\n"
+    );
+    assert_eq!(r.run.stdout, "");
+    assert_eq!(r.table.lines().count(), FOREIGN.len() + 6, "{}", r.table);
+}
+
+#[test]
+fn restore_over_a_service_with_other_settings_keeps_them_like_ipvsadm() {
+    let setup = [
+        "-A -t 10.0.0.1:80 -s sh -p 60",
+        "-a -t 10.0.0.1:80 -r 10.1.0.1:80 -m -w 9",
+    ];
+    let r = assert_same(&setup, OWN, 1);
+    // The -A and the first -a fail; the second -a and the rest are added.
+    assert_eq!(r.run.status, Some(0), "{r:?}");
+    assert_eq!(
+        r.run.stderr,
+        "Service already exists\nDestination already exists\n"
+    );
+    assert!(
+        r.table
+            .contains("-A -t 10.0.0.1:80 -s sh -p 60\n-a -t 10.0.0.1:80 -r 10.1.0.1:80 -m -w 9\n"),
+        "{}",
+        r.table
+    );
+    assert!(r.table.contains("-r 10.1.0.2:80 -g -w 2"), "{}", r.table);
+}
+
+#[test]
+fn restore_runs_every_line_and_exits_like_ipvsadm() {
+    // (setup, rules, the status both must give)
+    let cases: &[(&[&str], &str, i32)] = &[
+        // Failing lines are reported and the next ones run; the status is
+        // the last line's.
+        (
+            &[],
+            "-A -t 10.0.0.1:80\n-A -t 10.0.0.1:80\n-A -t 10.0.0.2:80\n",
+            0,
+        ),
+        (&[], "-A -t 10.0.0.3:80\n-A -t 10.0.0.3:80\n", 255),
+        (
+            &["-A -t 10.0.0.1:80 -s rr"],
+            "-a -t 10.0.0.77:80 -r 10.1.1.1\n-e -t 10.0.0.1:80 -r 10.1.9.9\n\
+             -d -t 10.0.0.1:80 -r 10.1.9.9\n-D -t 10.0.0.78:80\n-E -t 10.0.0.79:80 -s rr\n\
+             -A -t 10.0.0.10:80\n",
+            0,
+        ),
+        // The kernel's own refusals.
+        (
+            &["-A -t 10.0.0.1:80 -s rr"],
+            "-A -t 10.0.0.18:80 -s nosuch\n-a -t 10.0.0.1:80 -r 10.1.0.7 -x 5 -y 10\n",
+            255,
+        ),
+        // An unknown option or a missing value fails its line only.
+        (&[], "-A -t 10.0.0.6:80 --bogus\n-A -t 10.0.0.7:80\n", 0),
+        (&[], "-A -t 10.0.0.8:80\n-A -t 10.0.0.9:80 --bogus\n", 255),
+        (
+            &[],
+            "-A -t 10.0.0.8:80\n-A -t 10.0.0.9:80 -s\n-a -t 10.0.0.8:80 -r 10.1.1.1\n",
+            0,
+        ),
+        // Every command runs in its place: listings, -Z, --set, -C, -E, -d.
+        (
+            &["-A -t 10.9.9.9:80 -s rr"],
+            "-A -t 10.0.0.15:80\n-a -t 10.0.0.15:80 -r 10.2.0.1:80 -m\n\
+             -L -n -t 10.0.0.15:80\n-Z\n--set 10 20 30\n-E -t 10.0.0.15:80 -s lc\n\
+             -L -n --timeout\n-d -t 10.0.0.15:80 -r 10.2.0.1:80\n-S -n\n-C\n\
+             ipvsadm -A -t 10.0.0.20:80\n-e -t 10.0.0.20:80 -r 10.3.0.1\n",
+            255,
+        ),
+    ];
+    let mut failures = String::new();
+    for (setup, rules, status) in cases {
+        let (a, b) = restore_side_by_side(setup, rules, &[], 1);
+        if a != b {
+            let _ = writeln!(
+                failures,
+                "=== rules\n{rules}--- ipvsadm\n{a:?}\n--- ipvsadm-lite\n{b:?}"
+            );
+        }
+        if a.run.status != Some(*status) {
+            let _ = writeln!(failures, "=== rules\n{rules}ipvsadm gave {a:?}");
+        }
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
+#[test]
+fn clear_first_is_clear_then_restore() {
+    let a = TestNetns::with_ipvs();
+    let b = TestNetns::with_ipvs();
+    build(&a, Tool::Ipvsadm, FOREIGN);
+    build(&b, Tool::Ipvsadm, FOREIGN);
+    ok(&a, Tool::Ipvsadm, "-C");
+    let ra = run(&a, Tool::Ipvsadm, &["-R"], Some(OWN));
+    let rb = run(&b, Tool::Lite, &["-R", "--clear-first"], Some(OWN));
+    assert_eq!(ra, rb);
+    assert_eq!(rb.status, Some(0), "{rb:?}");
+    assert_eq!(save(&a), save(&b));
+    assert!(!save(&b).contains("10.9.9.9"), "{}", save(&b));
+}
+
+#[test]
+fn dry_run_prints_the_lines_and_changes_nothing() {
     let ns = TestNetns::with_ipvs();
+    build(&ns, Tool::Ipvsadm, FOREIGN);
+    let before = save(&ns);
+    let rules = "-A -t 10.0.0.1:80\n-a -t 10.0.0.1:80 -r 10.1.0.1 -x 9\n\
+                 -A -t 10.0.0.2:80 --bogus\n-Z -t 10.0.0.1:80\n--set 1 2 3\n\
+                 -d -t 10.9.9.9:80 -r 10.8.8.8:80\n";
+    let r = run(&ns, Tool::Lite, &["-R", "--dry-run"], Some(rules));
+    assert_eq!(r.status, Some(0), "{r:?}");
+    assert_eq!(
+        r.stdout,
+        "-A -t 10.0.0.1:80 -s wlc\n-a -t 10.0.0.1:80 -r 10.1.0.1:80 -g -w 1 -x 9\n\
+         # line 3 skipped: --bogus: unknown option\n-Z -t 10.0.0.1:80\n--set 1 2 3\n\
+         -d -t 10.9.9.9:80 -r 10.8.8.8:80\n"
+    );
+    let r = run(
+        &ns,
+        Tool::Lite,
+        &["-R", "--clear-first", "--dry-run"],
+        Some(OWN),
+    );
+    assert!(
+        r.stdout.starts_with("-C\n-A -t 10.0.0.1:80 -s rr\n"),
+        "{r:?}"
+    );
+    assert_eq!(save(&ns), before);
+}
+
+#[test]
+fn replace_table_updates_in_place_and_deletes_the_rest() {
+    let ns = TestNetns::with_ipvs();
+    build(&ns, Tool::Ipvsadm, FOREIGN);
     let first = "\
 -A -t 10.0.0.1:80 -s rr
 -a -t 10.0.0.1:80 -r 10.1.0.1:80 -m -w 1
@@ -532,8 +743,61 @@ fn restore_updates_in_place_and_deletes_only_what_went() {
 -A -t 10.0.0.3:80 -s rr
 -a -t 10.0.0.3:80 -r 10.1.0.4:80 -m -w 1
 ";
-    let r = run(&ns, Tool::Lite, &["-R"], Some(first));
+    let r = run(&ns, Tool::Lite, &["-R", "--replace-table"], Some(first));
+    assert_eq!(
+        r,
+        Run {
+            status: Some(0),
+            stdout: String::new(),
+            stderr: String::new()
+        }
+    );
+    // The services of other programs went.
+    let reference = TestNetns::with_ipvs();
+    let r = run(&reference, Tool::Ipvsadm, &["-R"], Some(first));
     assert_eq!(r.status, Some(0), "{r:?}");
+    assert_eq!(save(&ns), save(&reference));
+
+    // One connection to 10.0.0.2:80: a SYN, sent on to 10.1.0.3, which has
+    // no route (the connect fails), but the kernel made the connection
+    // entry and counted it.
+    ns.run("ip", &["addr", "add", "10.0.0.2/32", "dev", "lo"]);
+    let vip: std::net::SocketAddr = "10.0.0.2:80".parse().unwrap();
+    let connect = ipvsctl::netlink::netns::run_in(&ipvsctl::NetNs::path(ns.path()), || {
+        Ok(std::net::TcpStream::connect_timeout(
+            &vip,
+            std::time::Duration::from_secs(3),
+        ))
+    });
+    // The Conns column of the service and of its real server (the packet
+    // counters move on with retransmissions).
+    let conns = |ns: &TestNetns| {
+        // (Listed whole: ipvsadm's listing of one service shows no counters.)
+        let text = ok(ns, Tool::Ipvsadm, "-Ln --stats");
+        text.lines()
+            .skip_while(|l| !l.starts_with("TCP  10.0.0.2:80 "))
+            .take(2)
+            .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    // The kernel folds its per-CPU counters into the listed ones every two
+    // seconds.
+    let counted = |ns: &TestNetns| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = conns(ns);
+            if now == ["1", "1"] || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    assert_eq!(
+        counted(&ns),
+        ["1", "1"],
+        "no connection counted ({connect:?})"
+    );
+
     // Service 1: a weight changes, a server goes, a server comes.
     // Service 2: the scheduler changes. Service 3 goes, service 4 comes.
     let second = "\
@@ -544,7 +808,12 @@ fn restore_updates_in_place_and_deletes_only_what_went() {
 -a -t 10.0.0.2:80 -r 10.1.0.3:80 -g -w 1
 -A -u 10.0.0.4:53 -s rr
 ";
-    let plan = run(&ns, Tool::Lite, &["-R", "--dry-run"], Some(second));
+    let plan = run(
+        &ns,
+        Tool::Lite,
+        &["-R", "--replace-table", "--dry-run"],
+        Some(second),
+    );
     assert_eq!(plan.status, Some(0), "{plan:?}");
     assert_eq!(
         plan.stdout,
@@ -559,33 +828,71 @@ fn restore_updates_in_place_and_deletes_only_what_went() {
     );
     // --dry-run changed nothing.
     assert!(save(&ns).contains("10.0.0.3:80"));
-    let r = run(&ns, Tool::Lite, &["-R"], Some(second));
+    let r = run(&ns, Tool::Lite, &["-R", "--replace-table"], Some(second));
     assert_eq!(r.status, Some(0), "{r:?}");
     let reference = TestNetns::with_ipvs();
     let r = run(&reference, Tool::Ipvsadm, &["-R"], Some(second));
     assert_eq!(r.status, Some(0), "{r:?}");
     assert_eq!(save(&ns), save(&reference));
+    // Service 2 and its server were updated, not deleted and re-added: the
+    // connection and its counters are still theirs.
+    assert_eq!(counted(&ns), ["1", "1"]);
+    let listed = ok(&ns, Tool::Ipvsadm, "-Ln -t 10.0.0.2:80");
+    assert!(
+        listed.contains("TCP  10.0.0.2:80 lc\n  -> 10.1.0.3:80                  Route   1      1"),
+        "{listed}"
+    );
     // Restoring the same rules again is a no-op plan.
-    let again = run(&ns, Tool::Lite, &["-R", "--dry-run"], Some(second));
-    assert_eq!(again.stdout, "");
-    // --clear-first is ipvsadm's flush-then-load.
-    let clear = run(
+    let again = run(
         &ns,
         Tool::Lite,
-        &["-R", "--clear-first", "--dry-run"],
+        &["-R", "--replace-table", "--dry-run"],
         Some(second),
     );
-    assert!(
-        clear.stdout.starts_with("-C\n-A -t 10.0.0.1:80 -s rr\n"),
-        "{clear:?}"
-    );
-    let r = run(&ns, Tool::Lite, &["-R", "--clear-first"], Some(second));
-    assert_eq!(r.status, Some(0), "{r:?}");
-    assert_eq!(save(&ns), save(&reference));
+    assert_eq!(again.stdout, "");
 }
 
 #[test]
-fn bad_rule_files_change_nothing() {
+fn a_bad_line_changes_nothing_where_ipvsadm_runs_the_lines_before_it() {
+    let setup = ["-A -t 10.0.0.1:80 -s rr"];
+    for (rules, message) in [
+        (
+            "-A -t 10.0.0.2:80\n-A -t 10.0.0.999:80\n-A -t 10.0.0.3:80\n",
+            "illegal virtual server address[:port] specified\n",
+        ),
+        (
+            "-A -t 10.0.0.2:80\n-a -t 10.0.0.2:80 -r 10.1.1.1 -w 99999999999\n",
+            "illegal weight specified\n",
+        ),
+        (
+            "-A -t 10.0.0.2:80\n-A -t 10.0.0.4:0\n",
+            "Zero port specified for non-persistent service\n",
+        ),
+        (
+            "-A -t 10.0.0.2:80\n-t 10.0.0.4:80\n-A -t 10.0.0.3:80\n",
+            "Try `ipvsadm -h' or 'ipvsadm --help' for more information.\n",
+        ),
+        (
+            "-A -t 10.0.0.2:80\n-R\n-A -t 10.0.0.3:80\n",
+            "Try `ipvsadm -h' or 'ipvsadm --help' for more information.\n",
+        ),
+    ] {
+        let (a, b) = restore_side_by_side(&setup, rules, &[], 1);
+        // The same message and status ...
+        assert_eq!(a.run, b.run, "{rules}");
+        assert_eq!(b.run.stderr, message, "{rules}");
+        // ... but ipvsadm ran the first line and stopped at the bad one;
+        // ipvsadm-lite parsed the whole file first and changed nothing.
+        assert_eq!(b.table, "-A -t 10.0.0.1:80 -s rr\n", "{rules}");
+        assert_eq!(
+            a.table, "-A -t 10.0.0.1:80 -s rr\n-A -t 10.0.0.2:80 -s wlc\n",
+            "{rules}"
+        );
+    }
+}
+
+#[test]
+fn replace_table_refuses_bad_rule_files_with_the_line_and_changes_nothing() {
     let ns = TestNetns::with_ipvs();
     ok(&ns, Tool::Ipvsadm, "-A -t 10.0.0.1:80 -s rr");
     let before = save(&ns);
@@ -611,7 +918,7 @@ fn bad_rule_files_change_nothing() {
             "line 1: --bogus: unknown option",
         ),
     ] {
-        let r = run(&ns, Tool::Lite, &["-R"], Some(rules));
+        let r = run(&ns, Tool::Lite, &["-R", "--replace-table"], Some(rules));
         assert_eq!(r.status, Some(2), "{rules}: {r:?}");
         assert!(r.stderr.contains(want), "{rules}: {r:?}");
         assert_eq!(r.stderr.lines().count(), 1, "{r:?}");

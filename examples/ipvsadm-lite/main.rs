@@ -6,32 +6,42 @@
 //! ipvsadm-lite -a -t 10.0.0.1:80 -r 192.168.1.10:8080 -m -w 3
 //! ipvsadm-lite -Ln --stats
 //! ipvsadm-lite -S -n > rules
-//! ipvsadm-lite -R < rules                 # sync: only what differs changes
-//! ipvsadm-lite -R --clear-first < rules   # ipvsadm's way: flush, then load
-//! ipvsadm-lite -R --dry-run < rules       # print the plan, change nothing
+//! ipvsadm-lite -R < rules                   # as ipvsadm -R: run the lines, delete nothing else
+//! ipvsadm-lite -R --clear-first < rules     # flush, then run the lines
+//! ipvsadm-lite -R --replace-table < rules   # the rules are the whole table (deletes the rest!)
+//! ipvsadm-lite -R --dry-run < rules         # print what would be sent, change nothing
 //! ```
 //!
 //! With `-n`, every listing is byte-identical to ipvsadm 1.31's for the same
 //! kernel state (kernel tests check it side by side). Without `-n`, ports
 //! are named from `/etc/services` and addresses stay numeric.
+//!
+//! `-R` runs the rule file's lines in order the way `ipvsadm -R` does: the
+//! same messages and exit status when lines fail, and nothing is deleted
+//! that a line does not delete (see `replay`). It differs in one way: the
+//! whole file is parsed first, so a line ipvsadm exits on (a bad value)
+//! changes nothing, where ipvsadm has run the lines before it; and `#`
+//! starts a comment. `--replace-table` makes the table equal to the file
+//! instead, in one pipelined pass that updates what stays in place and
+//! deletes every service the file does not name, also those of other
+//! programs (keepalived, Docker).
 
 mod format;
 mod names;
+mod replay;
 mod restore;
 mod rules;
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
-use std::collections::HashSet;
-
 use ipvsctl::model::{ServiceKey, ValidationError};
-use ipvsctl::sync::{self, Observed, PlanOptions, Scope, SyncOptions, Syncer, Verify};
-use ipvsctl::{Error, Handle, Op};
+use ipvsctl::sync::{Scope, SyncOptions, Syncer, Verify};
+use ipvsctl::{Error, Handle};
 
 use format::{Entry, Namer, Numeric};
 use names::Services;
-use rules::{Command, Format, ListWhat, RestoreOptions};
+use rules::{BadLines, Command, Format, ListWhat, RestoreOptions};
 
 /// What a failed run prints and exits with.
 struct Failure {
@@ -108,19 +118,27 @@ fn run(
             return Ok(());
         }
         Command::Version => {
-            out.push_str(&format!(
-                "ipvsadm-lite {} (ipvsctl, ipvsadm v1.31 compatible)\n",
-                env!("CARGO_PKG_VERSION")
-            ));
+            out.push_str(&version());
             return Ok(());
         }
         _ => {}
     }
     let ipvs = open()?;
+    execute(program, &ipvs, command, services, out)
+}
+
+/// Runs one command (`-R`'s lines too) on an open handle.
+fn execute(
+    program: &str,
+    ipvs: &Handle,
+    command: Command,
+    services: &Services,
+    out: &mut String,
+) -> Result<(), Failure> {
     let namer: &dyn Namer = services;
     match command {
         Command::List(what, f) => list(
-            &ipvs,
+            ipvs,
             what,
             &f,
             if f.numeric { &Numeric } else { namer },
@@ -129,13 +147,13 @@ fn run(
         Command::Save(f) => {
             let namer = if f.numeric { &Numeric } else { namer };
             let text =
-                read_formatted(&ipvs, &f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
+                read_formatted(ipvs, &f, namer).map_err(|e| read_failure(KOp::GetServices, &e))?;
             let info = ipvs.info().map_err(|e| read_failure(KOp::GetInfo, &e))?;
             format::list_head(out, &info, &f);
             out.push_str(&text);
             Ok(())
         }
-        Command::Restore(opts) => restore_from_stdin(program, &ipvs, opts, services, out),
+        Command::Restore(opts) => restore_from_stdin(program, ipvs, opts, services, out),
         Command::AddService(vs) => ipvs
             .add_service(&vs)
             .map_err(|e| kernel_failure(KOp::AddService, &e)),
@@ -167,8 +185,22 @@ fn run(
         Command::StopDaemon(role) => ipvs
             .stop_daemon(role)
             .map_err(|e| kernel_failure(KOp::StopDaemon, &e)),
-        Command::Help | Command::Version => Ok(()),
+        Command::Help => {
+            out.push_str(&usage(program));
+            Ok(())
+        }
+        Command::Version => {
+            out.push_str(&version());
+            Ok(())
+        }
     }
+}
+
+fn version() -> String {
+    format!(
+        "ipvsadm-lite {} (ipvsctl, ipvsadm v1.31 compatible)\n",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 fn list(
@@ -285,13 +317,67 @@ fn restore_from_stdin(
             1,
         )
     })?;
+    if opts.replace_table {
+        return replace_table(program, ipvs, &text, opts, services, out);
+    }
+    // ipvsadm's way: the lines run in order. The whole file is parsed
+    // first, so that a line ipvsadm would exit on changes nothing.
+    let mut steps = Vec::with_capacity(text.len() / 40);
+    rules::parse_each(
+        &text,
+        program,
+        services,
+        cpus(),
+        BadLines::Skip,
+        |rules, skipped| {
+            replay::merge_into(&mut steps, rules, skipped);
+            Ok(())
+        },
+    )
+    .map_err(|e| Failure::new(e.error.message, u8::try_from(e.error.status).unwrap_or(255)))?;
+    if opts.dry_run {
+        if opts.clear_first {
+            out.push_str("-C\n");
+        }
+        replay::plan(&steps, &text, out);
+        return Ok(());
+    }
+    if opts.clear_first {
+        ipvs.flush().map_err(|e| kernel_failure(KOp::Other, &e))?;
+    }
+    replay::run(
+        ipvs,
+        steps,
+        |command, out| execute(program, ipvs, command, services, out),
+        out,
+    )
+}
+
+/// `-R --replace-table`: the rules are the whole table. The file is run on
+/// an empty table first (a line that fails there, like a second `-A` of one
+/// service, is an error naming the line, and nothing changes); then the
+/// namespace is read in full and made equal to it in one pipelined pass:
+/// what stays is updated in place, what the rules do not name is deleted.
+fn replace_table(
+    program: &str,
+    ipvs: &Handle,
+    text: &str,
+    opts: RestoreOptions,
+    services: &Services,
+    out: &mut String,
+) -> Result<(), Failure> {
     // The table is built part by part while later parts are parsed. About
     // 400 bytes of rules per service (a service and ten real servers) is a
     // guess that only sizes the table's first allocation.
     let mut table = restore::Table::with_capacity(text.len() / 400);
-    rules::parse_each(&text, program, services, cpus(), |rules| {
-        rules.iter().try_for_each(|rule| table.run(rule))
-    })
+    rules::parse_each(
+        text,
+        program,
+        services,
+        cpus(),
+        BadLines::Stop,
+        |rules, _| rules.iter().try_for_each(|rule| table.run(rule)),
+    )
     .map_err(|e| {
         Failure::new(
             format!("{program}: line {}: {}", e.line, e.error.message),
@@ -302,33 +388,16 @@ fn restore_from_stdin(
 
     let state =
         restore::desired_state(&desired).map_err(|e| Failure::new(format!("{program}: {e}"), 2))?;
-    // The whole namespace is the rules' (like `ipvsadm -C; ipvsadm -R`), read
-    // back in full first unless it was just flushed; real servers are read
-    // over a few sockets in parallel.
+    // The whole namespace is the rules': read back in full first, real
+    // servers over a few sockets in parallel.
     let options = SyncOptions::default()
         .with_scope(Scope::All)
         .with_read_sockets(cpus());
     let mut syncer = Syncer::with_options(ipvs, options);
-    let verify = if opts.clear_first {
-        Verify::None
-    } else {
-        Verify::Full
-    };
     if opts.dry_run {
-        let plan = if opts.clear_first {
-            out.push_str("-C\n");
-            sync::plan(
-                &state,
-                &Observed::new(),
-                &Scope::All,
-                &HashSet::new(),
-                PlanOptions::default(),
-            )
-        } else {
-            syncer
-                .plan(&state, verify)
-                .map_err(|e| read_failure(KOp::GetServices, &e))?
-        };
+        let plan = syncer
+            .plan(&state, Verify::Full)
+            .map_err(|e| read_failure(KOp::GetServices, &e))?;
         for op in &plan.ops {
             out.push_str(&restore::op_line(op));
             out.push('\n');
@@ -338,25 +407,14 @@ fn restore_from_stdin(
         }
         return Ok(());
     }
-    if opts.clear_first {
-        ipvs.flush().map_err(|e| kernel_failure(KOp::Other, &e))?;
-    }
     let report = syncer
-        .sync(&state, verify)
+        .sync(&state, Verify::Full)
         .map_err(|e| read_failure(KOp::GetServices, &e))?;
     let mut messages = Vec::new();
     for f in report.root_failures() {
-        let what =
-            f.op.as_ref()
-                .map_or_else(|| "the rest of the batch".to_owned(), restore::op_line);
-        let kop = match &f.op {
-            Some(Op::AddService(_)) => KOp::AddService,
-            Some(Op::UpdateService(_)) => KOp::EditService,
-            Some(Op::DeleteService(_)) => KOp::DelService,
-            Some(Op::AddDestination(..)) => KOp::AddDest,
-            Some(Op::UpdateDestination(..)) => KOp::EditDest,
-            Some(Op::DeleteDestination(..)) => KOp::DelDest,
-            None => KOp::Other,
+        let (what, kop) = match &f.op {
+            Some(op) => (restore::op_line(op), replay::kop(op)),
+            None => ("the rest of the batch".to_owned(), KOp::Other),
         };
         messages.push(format!("{}: {what}", kernel_failure(kop, &f.error).message));
     }
@@ -495,7 +553,7 @@ fn usage(program: &str) -> String {
         "-A|E virtual-service [-s scheduler] [-p [timeout]] [-M netmask] [--pe engine] [-b sched-flags] [-o]",
         "-D virtual-service",
         "-C",
-        "-R [--clear-first] [--dry-run]",
+        "-R [--clear-first | --replace-table] [--dry-run]",
         "-S [-n]",
         "-a|e virtual-service -r server-address [-g|-i|-m] [-w weight] [-x upper] [-y lower] [tunnel options]",
         "-d virtual-service -r server-address",
@@ -512,10 +570,18 @@ fn usage(program: &str) -> String {
     s.push_str(
         "\nvirtual-service: -t|--tcp-service, -u|--udp-service, --sctp-service host[:port] \
          ([v6]:port), or -f|--fwmark-service mark [-6]\n\
-         -R makes the table equal to the rules read from stdin (the -S format) in one \
-         pipelined pass:\n  services and servers that stay are updated in place, never deleted \
-         and re-created.\n  --clear-first flushes first, as `ipvsadm -C; ipvsadm -R` does; \
-         --dry-run prints the plan.\n",
+         -R runs the rules read from stdin (the -S format) line by line, as ipvsadm -R does;\n\
+         \x20 it deletes only what a line deletes. The file is parsed whole first: a bad line \
+         changes nothing.\n\
+         \x20 --clear-first flushes the whole table first (`ipvsadm -C; ipvsadm -R`).\n\
+         \x20 --replace-table makes the table equal to the rules in one pipelined pass: what \
+         stays is updated\n\
+         \x20   in place, never deleted and re-created. WARNING: it deletes every service \
+         the rules do not\n\
+         \x20   name, also those of other programs (keepalived, Docker, kube-proxy).\n\
+         \x20 --dry-run prints what would be sent and changes nothing: the lines that would \
+         run, or with\n\
+         \x20   --replace-table the plan against the current table.\n",
     );
     s
 }

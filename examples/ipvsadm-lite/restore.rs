@@ -1,8 +1,8 @@
-//! `-R`, pure part: the table a rule file describes (running its commands
-//! on an empty table, with the errors the kernel would give), as the
-//! desired state of `ipvsctl::sync`, which plans and applies it in one
-//! pipelined pass: what stays is updated in place, never deleted and
-//! re-created.
+//! `-R --replace-table`, pure part: the table a rule file describes
+//! (running its commands on an empty table, with the errors the kernel
+//! would give), as the desired state of `ipvsctl::sync`, which plans and
+//! applies it in one pipelined pass: what stays is updated in place, never
+//! deleted and re-created. Also [`op_line`], an operation as a command line.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -38,6 +38,7 @@ fn line_error(line: usize, message: &str) -> ParseError {
         error: CliError {
             message: message.to_owned(),
             status: 255,
+            exits: true,
         },
     }
 }

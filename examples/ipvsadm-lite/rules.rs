@@ -78,13 +78,19 @@ pub enum ListWhat {
     Connections,
 }
 
-/// Options of `-R` that go beyond ipvsadm.
+/// Options of `-R` that go beyond ipvsadm. Without any, `-R` runs the
+/// rules' lines in order the way `ipvsadm -R` does: it adds, and deletes
+/// only what a `-D`, `-d` or `-C` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RestoreOptions {
-    /// `--clear-first`: ipvsadm's behaviour (`ipvsadm -C; ipvsadm -R`):
-    /// flush everything, then add the rules (slow after a large table: the
-    /// kernel's destination trash, README "Kernel facts").
+    /// `--clear-first`: flush everything, then run the lines (`ipvsadm -C;
+    /// ipvsadm -R`; slow after a large table: the kernel's destination
+    /// trash, README "Kernel facts").
     pub clear_first: bool,
+    /// `--replace-table`: the rules are the whole table. What they keep is
+    /// updated in place (never deleted and re-created), and every service
+    /// they do not name is deleted, also those of other programs.
+    pub replace_table: bool,
     /// `--dry-run`: print the operations instead of applying them.
     pub dry_run: bool,
 }
@@ -133,6 +139,10 @@ pub struct CliError {
     pub message: String,
     /// The exit status ipvsadm uses for it (2 or 255).
     pub status: i32,
+    /// Whether ipvsadm exits on it. It does on a bad value or combination
+    /// and on a missing command; an unknown option or a missing option value
+    /// only makes that line fail, so `ipvsadm -R` reports it and goes on.
+    pub exits: bool,
 }
 
 impl CliError {
@@ -140,6 +150,7 @@ impl CliError {
         CliError {
             message: message.into(),
             status: 2,
+            exits: true,
         }
     }
 
@@ -147,13 +158,16 @@ impl CliError {
         CliError {
             message: message.into(),
             status: 255,
+            exits: false,
         }
     }
 
     fn try_help(program: &str) -> Self {
-        CliError::popt(format!(
-            "Try `{program} -h' or '{program} --help' for more information."
-        ))
+        CliError {
+            message: format!("Try `{program} -h' or '{program} --help' for more information."),
+            status: 255,
+            exits: true,
+        }
     }
 }
 
@@ -231,44 +245,70 @@ pub fn parse_with(
     program: &str,
     resolver: &dyn Resolver,
 ) -> Result<Vec<Rule>, ParseError> {
-    parse_part(text, program, resolver).map(|(rules, _)| rules)
+    parse_part(text, program, resolver, BadLines::Stop).map(|part| part.rules)
 }
 
-/// [`parse_with`], also counting the newlines of `text` (the lines before
-/// the next part of a split text).
+/// What parsing a rule file does with a line that ipvsadm does not exit on
+/// (an unknown option, a missing option value: see [`CliError::exits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadLines {
+    /// Stop there: the first bad line is the error.
+    Stop,
+    /// Keep it as a skipped line, as `ipvsadm -R` reports it and goes on;
+    /// only an error ipvsadm exits on stops.
+    Skip,
+}
+
+/// A part of a rule file: its rules, the lines skipped (see
+/// [`BadLines::Skip`]), both in line order, and its count of newlines (the
+/// lines before the next part of a split text).
+#[derive(Debug, Default)]
+struct Part {
+    rules: Vec<Rule>,
+    skipped: Vec<ParseError>,
+    newlines: usize,
+}
+
+/// [`parse_with`] for a part of a text, bad lines taken as `bad` says.
 fn parse_part(
     text: &str,
     program: &str,
     resolver: &dyn Resolver,
-) -> Result<(Vec<Rule>, usize), ParseError> {
+    bad: BadLines,
+) -> Result<Part, ParseError> {
     // Rule lines are about 40 bytes long.
-    let mut rules = Vec::with_capacity(text.len() / 32 + 1);
+    let mut part = Part {
+        rules: Vec::with_capacity(text.len() / 32 + 1),
+        ..Part::default()
+    };
     let mut words = Vec::with_capacity(16);
-    let mut newlines = 0;
     for (i, line) in text.split('\n').enumerate() {
-        newlines = i;
+        part.newlines = i;
         line_words(line, &mut words);
         if words.is_empty() {
             continue;
         }
-        let command = match fast_rule(&words) {
-            Some(command) => command,
-            None => parse_args(program, &words, resolver)
-                .map_err(|error| ParseError { line: i + 1, error })?,
+        let parsed = match fast_rule(&words) {
+            Some(command) => Ok(command),
+            None => parse_args(program, &words, resolver),
         };
-        if let Command::Restore(_) = command {
+        let command = match parsed {
             // ipvsadm refuses -R inside -R (it would read stdin again).
-            return Err(ParseError {
+            Ok(Command::Restore(_)) => Err(CliError::try_help(program)),
+            other => other,
+        };
+        match command {
+            Ok(command) => part.rules.push(Rule {
                 line: i + 1,
-                error: CliError::try_help(program),
-            });
+                command,
+            }),
+            Err(error) if bad == BadLines::Skip && !error.exits => {
+                part.skipped.push(ParseError { line: i + 1, error });
+            }
+            Err(error) => return Err(ParseError { line: i + 1, error }),
         }
-        rules.push(Rule {
-            line: i + 1,
-            command,
-        });
     }
-    Ok((rules, newlines))
+    Ok(part)
 }
 
 /// [`parse_with`], the lines split among `threads` threads: the same rules,
@@ -282,10 +322,17 @@ pub fn parse_split(
     threads: usize,
 ) -> Result<Vec<Vec<Rule>>, ParseError> {
     let mut parts = Vec::new();
-    parse_each(text, program, resolver, threads, |rules| {
-        parts.push(rules);
-        Ok(())
-    })?;
+    parse_each(
+        text,
+        program,
+        resolver,
+        threads,
+        BadLines::Stop,
+        |rules, _| {
+            parts.push(rules);
+            Ok(())
+        },
+    )?;
     Ok(parts)
 }
 
@@ -293,11 +340,12 @@ pub fn parse_split(
 /// the first one after an eighth of the parsing instead of a half.
 const PARTS_PER_THREAD: usize = 4;
 
-/// [`parse_with`] over `threads` threads, each part's rules handed to `each`
-/// in file order as soon as it and every part before it are parsed, so that
-/// the caller's work on them (building the restored table) runs while later
-/// parts are parsed: 110,000 lines take a quarter of a second to parse under
-/// emulation, and the table another sixth.
+/// [`parse_with`] over `threads` threads, each part's rules (and lines
+/// skipped, see [`BadLines`]) handed to `each` in file order as soon as it
+/// and every part before it are parsed, so that the caller's work on them
+/// (building the restored table) runs while later parts are parsed: 110,000
+/// lines take a quarter of a second to parse under emulation, and the table
+/// another sixth.
 ///
 /// The first parse error by line number wins, whatever `each` returned;
 /// without one, `each`'s first error (after which it is not called again).
@@ -306,10 +354,12 @@ pub fn parse_each(
     program: &str,
     resolver: &dyn Resolver,
     threads: usize,
-    mut each: impl FnMut(Vec<Rule>) -> Result<(), ParseError>,
+    bad: BadLines,
+    mut each: impl FnMut(Vec<Rule>, Vec<ParseError>) -> Result<(), ParseError>,
 ) -> Result<(), ParseError> {
     if threads <= 1 || text.len() < 64 << 10 {
-        return each(parse_with(text, program, resolver)?);
+        let part = parse_part(text, program, resolver, bad)?;
+        return each(part.rules, part.skipped);
     }
     let parts = split_at_lines(text, threads * PARTS_PER_THREAD);
     let next = AtomicUsize::new(0);
@@ -325,7 +375,7 @@ pub fn parse_each(
                     };
                     // A closed channel: the caller stopped at an error.
                     if done_tx
-                        .send((index, parse_part(part, program, resolver)))
+                        .send((index, parse_part(part, program, resolver, bad)))
                         .is_err()
                     {
                         break;
@@ -344,14 +394,15 @@ pub fn parse_each(
             }
             while let Some(result) = waiting.get_mut(in_order).and_then(Option::take) {
                 in_order += 1;
-                let (mut rules, newlines): (Vec<Rule>, usize) = result.map_err(|e| ParseError {
+                let mut part: Part = result.map_err(|e| ParseError {
                     line: e.line + lines_before,
                     error: e.error,
                 })?;
-                rules.iter_mut().for_each(|r| r.line += lines_before);
-                lines_before += newlines;
+                part.rules.iter_mut().for_each(|r| r.line += lines_before);
+                part.skipped.iter_mut().for_each(|e| e.line += lines_before);
+                lines_before += part.newlines;
                 if failed.is_none() {
-                    failed = each(rules).err();
+                    failed = each(part.rules, part.skipped).err();
                 }
             }
         }
@@ -728,6 +779,7 @@ enum Key {
     TunRemCsum,
     // ipvsadm-lite's own -R options.
     ClearFirst,
+    ReplaceTable,
     DryRun,
 }
 
@@ -792,6 +844,7 @@ const OPTIONS: &[(&str, Option<char>, Arg, Key)] = &[
     ("tun-csum", None, Arg::None, Key::TunCsum),
     ("tun-remcsum", None, Arg::None, Key::TunRemCsum),
     ("clear-first", None, Arg::None, Key::ClearFirst),
+    ("replace-table", None, Arg::None, Key::ReplaceTable),
     ("dry-run", None, Arg::None, Key::DryRun),
 ];
 
@@ -1330,6 +1383,7 @@ fn option(
             st.tun_flags |= TunnelFlags::REMCSUM.bits();
         }
         Key::ClearFirst if st.cmd == Some(Cmd::Restore) => st.restore.clear_first = true,
+        Key::ReplaceTable if st.cmd == Some(Cmd::Restore) => st.restore.replace_table = true,
         Key::DryRun if st.cmd == Some(Cmd::Restore) => st.restore.dry_run = true,
         // A second command, or -R's own options elsewhere.
         _ => return Err(CliError::fail(format!("invalid option `{spelled}'"))),
@@ -1429,7 +1483,14 @@ fn finish(program: &str, mut st: State) -> Result<Command, CliError> {
             };
             Command::List(what, st.format)
         }
-        Cmd::Restore => Command::Restore(st.restore),
+        Cmd::Restore => {
+            if st.restore.clear_first && st.restore.replace_table {
+                return Err(CliError::fail(
+                    "--clear-first and --replace-table conflict: --replace-table never deletes what stays",
+                ));
+            }
+            Command::Restore(st.restore)
+        }
         Cmd::Save => {
             let mut f = st.format;
             f.rule = true;
