@@ -94,10 +94,13 @@ struct Rtnl {
 }
 
 impl Rtnl {
+    /// Pins `netns` first: a socket opened again later (see
+    /// [`Rtnl::dump`]) is in the same namespace as the first.
     fn open(netns: &NetNs) -> Result<Self, NodeIpsError> {
+        let netns = NetNs::Pinned(netns.pin().map_err(NodeIpsError::Socket)?);
         Ok(Rtnl {
-            netns: netns.clone(),
-            socket: Self::socket(netns)?,
+            socket: Self::socket(&netns)?,
+            netns,
             seq: 0,
             buf: Vec::with_capacity(INITIAL_RECV_BUF),
         })
