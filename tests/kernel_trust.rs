@@ -1,7 +1,9 @@
-//! Which namespace a handle works in, against a real kernel: every socket of
-//! a handle (and of its syncers) is made in the namespace the handle was
-//! opened in, even when the name or the thread it was opened from now leads
-//! elsewhere.
+//! Which namespace a handle works in, and whose answers it believes, against
+//! a real kernel: every socket of a handle (and of its syncers) is made in the
+//! namespace the handle was opened in, even when the name or the thread
+//! it was opened from now leads elsewhere; and datagrams that another
+//! process sends to the handle's port are never taken for the kernel's
+//! answers.
 
 mod support;
 
@@ -9,10 +11,11 @@ use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 
-use ipvsctl::Handle;
+use ipvsctl::codec::request;
 use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
-use ipvsctl::netlink::netns::{NetNs, run_in};
+use ipvsctl::netlink::netns::{NetNs, run_in, socket_in};
 use ipvsctl::sync::{DesiredState, SyncOptions, Syncer, Verify};
+use ipvsctl::{Error, Handle};
 use support::TestNetns;
 
 fn sa(s: &str) -> SocketAddr {
@@ -161,4 +164,93 @@ fn a_handle_on_the_current_namespace_stays_where_it_was_opened() {
 
     assert_eq!(table_of(&in_a), all_keys(&first, &more), "namespace A");
     assert_eq!(table_of(&in_b), vec![], "namespace B");
+}
+
+/// `NETLINK_GENERIC` in `/proc/net/netlink`.
+const NETLINK_GENERIC: u32 = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_CAPPED: u16 = 0x100;
+const ECONNREFUSED: i32 = 111;
+
+/// The port ids of the user-space generic-netlink sockets of namespace `ns`
+/// (`/proc/net/netlink` as a process inside it sees it; the kernel's own
+/// sockets have port 0).
+fn generic_ports(ns: &TestNetns) -> Vec<u32> {
+    let table = ns.run("cat", &["/proc/net/netlink"]);
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut cols = line.split_whitespace().skip(1);
+            let protocol: u32 = cols.next()?.parse().ok()?;
+            let port: u32 = cols.next()?.parse().ok()?;
+            (protocol == NETLINK_GENERIC && port != 0).then_some(port)
+        })
+        .collect()
+}
+
+/// An `NLMSG_ERROR` with code 0 (an ACK) for request `seq`, claiming to come
+/// from the kernel (header port 0), echoing a capped request header.
+fn forged_ack(seq: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(36);
+    b.extend_from_slice(&36u32.to_ne_bytes());
+    b.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+    b.extend_from_slice(&NLM_F_CAPPED.to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&0i32.to_ne_bytes());
+    // The echoed request header.
+    b.extend_from_slice(&20u32.to_ne_bytes());
+    b.extend_from_slice(&0x20u16.to_ne_bytes());
+    b.extend_from_slice(&5u16.to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b
+}
+
+#[test]
+fn answers_forged_by_another_socket_are_not_taken() {
+    let ns = TestNetns::with_ipvs();
+    let nsid = NetNs::path(ns.path());
+    let h = Handle::open(&nsid).expect("handle");
+    let ports = generic_ports(&ns);
+    assert_eq!(ports.len(), 1, "the handle's socket only: {ports:?}");
+    let port = ports[0];
+    ns.ipvsadm("-A -t 10.0.2.1:80 -s rr");
+
+    // Another process's socket in the namespace sends "the kernel's" ACKs
+    // for the sequence numbers the handle will use next (the family lookup
+    // was 1).
+    let mut forger = socket_in(&nsid, netlink_sys::protocols::NETLINK_GENERIC).unwrap();
+    forger.bind_auto().unwrap();
+    let to = netlink_sys::SocketAddr::new(port, 0);
+    let mut refused = 0;
+    let mut delivered = 0;
+    for seq in 2..=33 {
+        match forger.send_to(&forged_ack(seq), &to, 0) {
+            Ok(_) => delivered += 1,
+            Err(e) if e.raw_os_error() == Some(ECONNREFUSED) => refused += 1,
+            Err(e) => panic!("forger's send: {e}"),
+        }
+    }
+
+    // Deleting a service that does not exist is the kernel's ESRCH, not the
+    // forged ACK.
+    let missing = ServiceKey::tcp(sa("10.0.2.9:80"));
+    let deleted = h.delete_service(&missing);
+    assert!(
+        matches!(deleted, Err(Error::ServiceNotFound { .. })),
+        "took a forged ACK: {deleted:?} ({delivered} forged datagrams delivered)"
+    );
+    // A dump of the table is the kernel's, not an empty forged answer.
+    let dump = h.request(request::dump_services(), true).unwrap();
+    assert_eq!(dump.len(), 1, "took a forged end of dump");
+    // The kernel refused them all: the handle's socket takes datagrams from
+    // the kernel only.
+    assert_eq!((delivered, refused), (0, 32));
+    // And the port is still usable for real answers.
+    assert!(matches!(
+        h.get_service(&missing),
+        Err(Error::ServiceNotFound { .. })
+    ));
 }
