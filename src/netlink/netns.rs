@@ -160,7 +160,22 @@ impl NetNs {
         }
         let fd = match self.open()? {
             Some(fd) => fd,
-            None => Arc::new(self.open_path(Path::new(THREAD_NETNS))?),
+            None => Arc::new(
+                rustix::fs::open(
+                    THREAD_NETNS,
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|errno| {
+                    context(
+                        errno.into(),
+                        format!(
+                            "cannot open the calling thread's network namespace \
+                                 {THREAD_NETNS} (is /proc mounted?)"
+                        ),
+                    )
+                })?,
+            ),
         };
         let stat = rustix::fs::fstat(&*fd).map_err(|errno| {
             context(
