@@ -151,13 +151,25 @@ impl Handle {
     /// thread: the socket is created inside the namespace and keeps it for
     /// life.
     ///
+    /// The namespace is pinned here, once ([`NetNs::pin`]; for
+    /// [`NetNs::Current`], the calling thread's namespace): every socket the
+    /// handle opens later (the table-dump socket, a [`crate::sync::Syncer`]'s
+    /// write and reader sockets) is made in that same namespace, even if the
+    /// name now leads to another one (`ip netns del` and `add`, a reused pid)
+    /// or a later call comes from a thread in another namespace.
+    ///
     /// ```no_run
     /// use ipvsctl::{Handle, NetNs};
     /// let ipvs = Handle::open(&NetNs::named("blue"))?;
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn open(netns: &NetNs) -> Result<Self> {
-        let mut sock = GenlSocket::open_with(netns, DumpSize::Page)
+        let netns = NetNs::Pinned(
+            netns
+                .pin()
+                .map_err(|e| Error::io("open network namespace", e))?,
+        );
+        let mut sock = GenlSocket::open_with(&netns, DumpSize::Page)
             .map_err(|e| Error::io("open netlink socket", e))?;
         let family = sock
             .resolve_family(consts::FAMILY_NAME, 1)
@@ -174,11 +186,14 @@ impl Handle {
             inner: Mutex::new(Inner { sock, seq: 1 }),
             tables: Mutex::new(None),
             family: family.id,
-            netns: netns.clone(),
+            netns,
         })
     }
 
-    /// The network namespace this handle works in.
+    /// The network namespace this handle works in: always a
+    /// [`NetNs::Pinned`], which displays as what the handle was opened with
+    /// and the namespace's identity (`/run/netns/blue (net:[4026532301])`).
+    /// A handle opened from it works in exactly the same namespace.
     pub fn netns(&self) -> &NetNs {
         &self.netns
     }

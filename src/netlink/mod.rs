@@ -19,3 +19,4 @@ mod socket;
 
 pub use exchange::{Exchange, Failure, Kind, Reply};
 pub use socket::{Datagram, DumpSize, GenlSocket};
+pub(crate) use socket::{connect_to_kernel, from_kernel};

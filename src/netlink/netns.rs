@@ -11,6 +11,14 @@
 //! Entering another network namespace needs `CAP_SYS_ADMIN` (in practice:
 //! root). Errors name the namespace and the cause.
 //!
+//! A name or a path says where a namespace *is now*: `/run/netns/NAME` can be
+//! deleted and created again, the pid of `/proc/PID/ns/net` reused, and
+//! [`NetNs::Current`] depends on the thread that asks. [`NetNs::pin`] opens
+//! the namespace once and keeps the file descriptor ([`PinnedNetNs`]); every
+//! socket made from a pinned namespace is made in that very namespace, for as
+//! long as the pin lives. A [`crate::Handle`] pins its namespace when it
+//! opens.
+//!
 //! ```no_run
 //! use ipvsctl::netlink::netns::{NetNs, socket_in};
 //!
@@ -23,15 +31,17 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{Mode, OFlags, Stat};
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
 /// Where `ip netns add NAME` puts its namespaces.
 const NAMED_NETNS_DIR: &str = "/run/netns";
+/// The network namespace of the calling thread.
+const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
 
 /// A network namespace to work in.
 ///
@@ -63,6 +73,10 @@ pub enum NetNs {
     /// An already open namespace file descriptor (for example one kept from
     /// `/proc/PID/ns/net` so the namespace outlives the process).
     Fd(Arc<OwnedFd>),
+    /// A namespace pinned by [`NetNs::pin`]: what [`crate::Handle::netns`]
+    /// returns, so that another handle opened from it works in exactly the
+    /// same namespace.
+    Pinned(PinnedNetNs),
 }
 
 impl NetNs {
@@ -121,6 +135,61 @@ impl NetNs {
         matches!(self, NetNs::Current)
     }
 
+    /// Opens the namespace once and keeps it open: the namespace this value
+    /// stands for now, whatever its name or path leads to later. For
+    /// [`NetNs::Current`] that is the calling thread's namespace
+    /// (`/proc/thread-self/ns/net`); pinning a [`NetNs::Pinned`] shares its
+    /// descriptor.
+    ///
+    /// Errors: the namespace file cannot be opened (the message names it;
+    /// for [`NetNs::Current`] this needs `/proc`), or an invalid
+    /// [`NetNs::Named`] name. Whether the file is a network namespace is
+    /// checked when a socket is made in it.
+    ///
+    /// ```
+    /// use ipvsctl::netlink::netns::NetNs;
+    ///
+    /// let here = NetNs::Current.pin()?;
+    /// assert!(here.to_string().starts_with("current (net:["));
+    /// assert_eq!(NetNs::from(here.clone()).pin()?.inode(), here.inode());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn pin(&self) -> io::Result<PinnedNetNs> {
+        if let NetNs::Pinned(pinned) = self {
+            return Ok(pinned.clone());
+        }
+        let fd = match self.open()? {
+            Some(fd) => fd,
+            None => Arc::new(
+                rustix::fs::open(
+                    THREAD_NETNS,
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|errno| {
+                    context(
+                        errno.into(),
+                        format!(
+                            "cannot open the calling thread's network namespace \
+                                 {THREAD_NETNS} (is /proc mounted?)"
+                        ),
+                    )
+                })?,
+            ),
+        };
+        let stat = rustix::fs::fstat(&*fd).map_err(|errno| {
+            context(
+                errno.into(),
+                format!("cannot inspect network namespace {self}"),
+            )
+        })?;
+        Ok(PinnedNetNs {
+            fd,
+            id: NsId::of(&stat),
+            origin: self.to_string().into(),
+        })
+    }
+
     /// Opens the namespace file (for [`NetNs::Path`] and [`NetNs::Named`]).
     fn open_path(&self, path: &Path) -> io::Result<OwnedFd> {
         rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|errno| {
@@ -154,7 +223,14 @@ impl NetNs {
                 self.open_path(&path).map(|fd| Some(Arc::new(fd)))
             }
             NetNs::Fd(fd) => Ok(Some(Arc::clone(fd))),
+            NetNs::Pinned(pinned) => Ok(Some(Arc::clone(&pinned.fd))),
         }
+    }
+}
+
+impl From<PinnedNetNs> for NetNs {
+    fn from(pinned: PinnedNetNs) -> Self {
+        NetNs::Pinned(pinned)
     }
 }
 
@@ -165,14 +241,80 @@ impl fmt::Display for NetNs {
             NetNs::Path(path) => write!(f, "{}", path.display()),
             NetNs::Named(name) => write!(f, "{NAMED_NETNS_DIR}/{name}"),
             NetNs::Fd(_) => f.write_str("namespace file descriptor"),
+            NetNs::Pinned(pinned) => pinned.fmt(f),
         }
+    }
+}
+
+/// A network namespace held open by a file descriptor ([`NetNs::pin`]).
+///
+/// Cheap to clone (the descriptor is shared). The namespace lives at least as
+/// long as any clone, even when its name is deleted and every process in it
+/// has exited. Displays as where it was pinned from and its identity, for
+/// example `/run/netns/blue (net:[4026532301])`, the identity as
+/// `readlink /proc/PID/ns/net` shows it.
+#[derive(Clone, Debug)]
+pub struct PinnedNetNs {
+    fd: Arc<OwnedFd>,
+    id: NsId,
+    /// How the namespace was named when it was pinned.
+    origin: Arc<str>,
+}
+
+/// What tells namespaces apart: the device and inode of their nsfs file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NsId {
+    dev: u64,
+    inode: u64,
+}
+
+impl NsId {
+    fn of(stat: &Stat) -> NsId {
+        NsId {
+            dev: stat.st_dev,
+            inode: stat.st_ino,
+        }
+    }
+}
+
+impl PinnedNetNs {
+    /// The namespace's inode number: the `N` of `net:[N]` in
+    /// `readlink /proc/PID/ns/net`. Together with [`PinnedNetNs::dev`] it
+    /// identifies the namespace.
+    pub fn inode(&self) -> u64 {
+        self.id.inode
+    }
+
+    /// The device number of the namespace file system (nsfs) the namespace's
+    /// inode belongs to.
+    pub fn dev(&self) -> u64 {
+        self.id.dev
+    }
+
+    /// Whether the calling thread is in this namespace (`false` when its own
+    /// namespace cannot be looked up).
+    fn holds_calling_thread(&self) -> bool {
+        rustix::fs::stat(THREAD_NETNS).is_ok_and(|stat| NsId::of(&stat) == self.id)
+    }
+}
+
+impl AsFd for PinnedNetNs {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl fmt::Display for PinnedNetNs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (net:[{}])", self.origin, self.id.inode)
     }
 }
 
 /// Runs `f` inside the network namespace `ns` and returns its result.
 ///
-/// For [`NetNs::Current`], `f` runs directly on the calling thread. For any
-/// other namespace, the namespace file is opened on the calling thread (so a
+/// For [`NetNs::Current`], and for a [`NetNs::Pinned`] namespace the calling
+/// thread is in, `f` runs directly on the calling thread. For any other
+/// namespace, the namespace file is opened on the calling thread (so a
 /// missing path is reported as such), then `f` runs on a short-lived thread
 /// that first enters the namespace with `setns(2)`; the calling thread never
 /// changes namespace. Whatever `f` creates there that is bound to a
@@ -196,6 +338,11 @@ where
     T: Send,
     F: FnOnce() -> io::Result<T> + Send,
 {
+    if let NetNs::Pinned(pinned) = ns
+        && pinned.holds_calling_thread()
+    {
+        return f();
+    }
     let Some(fd) = ns.open()? else {
         return f();
     };
@@ -239,8 +386,9 @@ fn enter(ns: &NetNs, fd: &OwnedFd) -> io::Result<()> {
 /// constant) inside the network namespace `ns`.
 ///
 /// The calling thread does not change namespace (see [`run_in`]); the socket
-/// belongs to `ns` for its whole life. For [`NetNs::Current`] the socket is
-/// created directly on the calling thread. The socket is not bound yet.
+/// belongs to `ns` for its whole life. For [`NetNs::Current`] (and a pinned
+/// namespace the calling thread is in) the socket is created directly on the
+/// calling thread. The socket is not bound yet.
 ///
 /// ```no_run
 /// use ipvsctl::netlink::netns::{NetNs, socket_in};
@@ -358,6 +506,53 @@ mod tests {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}"),
         }
         assert_eq!(std::fs::read_link("/proc/thread-self/ns/net").ok(), before);
+    }
+
+    /// The inode of the calling thread's network namespace, from
+    /// `readlink /proc/thread-self/ns/net` (`net:[N]`).
+    fn own_inode() -> u64 {
+        let link = std::fs::read_link(THREAD_NETNS).unwrap();
+        let text = link.to_string_lossy();
+        let digits = text.trim_start_matches("net:[").trim_end_matches(']');
+        digits.parse().unwrap()
+    }
+
+    #[test]
+    fn pinning_the_current_namespace_keeps_the_threads_own() {
+        let pinned = NetNs::Current.pin().unwrap();
+        assert_eq!(pinned.inode(), own_inode());
+        assert_eq!(
+            pinned.to_string(),
+            format!("current (net:[{}])", own_inode())
+        );
+        // Pinning a pinned namespace shares it; so does opening by path.
+        let again = NetNs::from(pinned.clone()).pin().unwrap();
+        assert_eq!((again.dev(), again.inode()), (pinned.dev(), pinned.inode()));
+        let by_path = NetNs::path(THREAD_NETNS).pin().unwrap();
+        assert_eq!(
+            (by_path.dev(), by_path.inode()),
+            (pinned.dev(), pinned.inode())
+        );
+        assert!(
+            by_path
+                .to_string()
+                .starts_with("/proc/thread-self/ns/net (net:[")
+        );
+    }
+
+    #[test]
+    fn a_pinned_namespace_the_caller_is_in_runs_on_the_calling_thread() {
+        let me = std::thread::current().id();
+        let pinned = NetNs::from(NetNs::Current.pin().unwrap());
+        let there = run_in(&pinned, || Ok(std::thread::current().id())).ok();
+        assert_eq!(there, Some(me));
+    }
+
+    #[test]
+    fn pinning_a_missing_namespace_names_it() {
+        let err = NetNs::named("ipvsctl-no-such-ns").pin().err();
+        let text = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("/run/netns/ipvsctl-no-such-ns"), "{text}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use netlink_sys::{Socket, protocols::NETLINK_GENERIC};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_GENERIC};
 
 use super::netns::{NetNs, socket_in};
 use crate::codec::ctrl;
@@ -65,7 +65,20 @@ pub enum Datagram<'a> {
     },
 }
 
-/// A bound, configured generic-netlink socket.
+/// A bound, configured generic-netlink socket that takes answers from the
+/// kernel only.
+///
+/// Any process that may send netlink messages in the namespace (one with
+/// `CAP_NET_ADMIN` over it, such as root of a container's user namespace)
+/// can send datagrams to any port there, for example a forged ACK with the
+/// sequence number a socket waits for. Every socket of the crate is therefore
+/// connected to the kernel (port 0) right after it is bound: Linux then
+/// refuses unicast datagrams to it from any other port (`ECONNREFUSED` to the
+/// sender; `netlink_getsockbyportid` in `net/netlink/af_netlink.c` compares
+/// a connected socket's `dst_portid` with the sender's port). Datagrams queued
+/// before the `connect` are still in the queue, so every receive also checks
+/// the sender's address and drops, and counts, what does not come from the
+/// kernel ([`GenlSocket::dropped_foreign`]).
 #[derive(Debug)]
 pub struct GenlSocket {
     sock: Socket,
@@ -76,11 +89,14 @@ pub struct GenlSocket {
     /// datagram size (see [`DumpSize`]).
     recv_len: usize,
     rx: Vec<u8>,
+    /// Datagrams received from a sender other than the kernel, and dropped.
+    dropped_foreign: u64,
 }
 
 impl GenlSocket {
-    /// Opens a socket in `ns`, binds it, enables extended and capped ACKs and
-    /// sizes its buffers; its dumps come in [`DumpSize::Large`] datagrams.
+    /// Opens a socket in `ns`, binds it, connects it to the kernel (see
+    /// [`GenlSocket`]), enables extended and capped ACKs and sizes its
+    /// buffers; its dumps come in [`DumpSize::Large`] datagrams.
     pub fn open(ns: &NetNs) -> io::Result<Self> {
         Self::open_with(ns, DumpSize::Large)
     }
@@ -89,6 +105,12 @@ impl GenlSocket {
     pub fn open_with(ns: &NetNs, dumps: DumpSize) -> io::Result<Self> {
         let mut sock = socket_in(ns, NETLINK_GENERIC)?;
         let addr = sock.bind_auto()?;
+        connect_to_kernel(&sock)?;
+        Self::configure(sock, addr, dumps)
+    }
+
+    /// Sets a bound, connected socket up (see [`GenlSocket::open`]).
+    fn configure(sock: Socket, addr: SocketAddr, dumps: DumpSize) -> io::Result<Self> {
         // Extended ACKs carry the kernel's reason; capped ACKs keep every ACK
         // small (the request is not echoed back in full).
         sock.set_ext_ack(true)?;
@@ -110,6 +132,7 @@ impl GenlSocket {
             sndbuf,
             recv_len: RECV_CHUNK,
             rx: vec![0; RECV_CHUNK],
+            dropped_foreign: 0,
         })
         .map(|mut s| {
             s.set_dump_size(dumps);
@@ -133,6 +156,14 @@ impl GenlSocket {
     /// The socket's netlink port id.
     pub fn port(&self) -> u32 {
         self.port
+    }
+
+    /// How many datagrams this socket received from a sender other than the
+    /// kernel and dropped: sent to its port before it was connected (see
+    /// [`GenlSocket`]). Anything but 0 means another process in the
+    /// namespace tried to answer in the kernel's place.
+    pub fn dropped_foreign(&self) -> u64 {
+        self.dropped_foreign
     }
 
     /// How many ACK-answered requests may be in flight at once so that their
@@ -181,13 +212,16 @@ impl GenlSocket {
     /// a cut the socket asks for 64 KiB from then on, so the
     /// kernel's next datagrams fit (a [`DumpSize::Page`] socket on a kernel
     /// whose page-sized datagrams are larger than expected heals itself).
+    /// Datagrams from any sender but the kernel are dropped and counted
+    /// ([`GenlSocket::dropped_foreign`]).
     pub fn recv_datagram(&mut self, flags: i32) -> io::Result<Datagram<'_>> {
         let want = self.recv_len.min(self.rx.len());
         let n = loop {
             let mut window = &mut self.rx[..want];
-            match self.sock.recv(&mut window, MSG_TRUNC | flags) {
+            match self.sock.recv_from(&mut window, MSG_TRUNC | flags) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other?,
+                Ok((_, from)) if !from_kernel(&from) => self.dropped_foreign += 1,
+                other => break other?.0,
             }
         };
         if n > want {
@@ -232,6 +266,21 @@ impl GenlSocket {
     }
 }
 
+/// Connects a bound netlink socket to the kernel (port 0, no groups): Linux
+/// then refuses unicast datagrams to it from every other port (see
+/// [`GenlSocket`]). Needs no privilege.
+pub(crate) fn connect_to_kernel(sock: &Socket) -> io::Result<()> {
+    sock.connect(&SocketAddr::new(0, 0))
+}
+
+/// Whether a datagram's sender address is the kernel's (port 0). Every
+/// unicast the kernel sends has port 0; another socket's datagram carries
+/// that socket's port, which the kernel fills in and the sender cannot
+/// choose.
+pub(crate) fn from_kernel(sender: &SocketAddr) -> bool {
+    sender.port_number() == 0
+}
+
 /// The kernel's `NLMSG_GOODSIZE`: a page (at most 8 KiB) less the skb's
 /// shared info. Asking for exactly this keeps dump datagrams at one page; a
 /// kernel whose value differs is caught by `MSG_TRUNC` and healed (see
@@ -272,3 +321,53 @@ fn size_buffer(sock: &Socket, want: usize, dir: Direction) -> usize {
 const MSG_TRUNC: i32 = 0x20;
 /// `ENOENT`: the controller's answer for an unknown family.
 const ENOENT: i32 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::frame::NLM_F_CAPPED;
+
+    const EPERM: i32 = 1;
+    const ECONNREFUSED: i32 = 111;
+
+    /// An `NLMSG_ERROR` answer with `errno` for request `seq`, as another
+    /// socket could forge it.
+    fn forged_error(seq: u32, errno: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        for word in [36u32, 2 | (u32::from(NLM_F_CAPPED) << 16), seq, 0] {
+            b.extend_from_slice(&word.to_ne_bytes());
+        }
+        b.extend_from_slice(&(-errno).to_ne_bytes());
+        for word in [20u32, 0x10 | (5 << 16), seq, 0] {
+            b.extend_from_slice(&word.to_ne_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn datagrams_from_other_sockets_are_refused_or_dropped() {
+        let mut sock = Socket::new(NETLINK_GENERIC).unwrap();
+        let addr = sock.bind_auto().unwrap();
+        let mut forger = Socket::new(NETLINK_GENERIC).unwrap();
+        forger.bind_auto().unwrap();
+        let to = SocketAddr::new(addr.port_number(), 0);
+        // Queued before the socket is connected: "nlctrl does not exist".
+        match forger.send_to(&forged_error(7, ENOENT), &to, 0) {
+            Ok(_) => {}
+            // Sending to another port needs CAP_NET_ADMIN: nothing to test.
+            Err(e) if e.raw_os_error() == Some(EPERM) => return,
+            Err(e) => panic!("{e}"),
+        }
+        connect_to_kernel(&sock).unwrap();
+        // From now on the kernel refuses them.
+        let refused = forger.send_to(&forged_error(7, ENOENT), &to, 0);
+        assert_eq!(
+            refused.map_err(|e| e.raw_os_error()),
+            Err(Some(ECONNREFUSED))
+        );
+        let mut sock = GenlSocket::configure(sock, addr, DumpSize::Page).unwrap();
+        let family = sock.resolve_family("nlctrl", 7).unwrap();
+        assert_eq!(family.map(|f| f.id), Some(0x10), "took the forged answer");
+        assert_eq!(sock.dropped_foreign(), 1);
+    }
+}

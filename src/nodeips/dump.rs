@@ -17,6 +17,7 @@ use super::error::NodeIpsError;
 use super::options::Family;
 use super::records::Records;
 use crate::netlink::netns::{NetNs, socket_in};
+use crate::netlink::{connect_to_kernel, from_kernel};
 
 /// `MSG_TRUNC` from `<sys/socket.h>` (Linux): `recv` returns the real
 /// datagram length even when it did not fit.
@@ -94,10 +95,13 @@ struct Rtnl {
 }
 
 impl Rtnl {
+    /// Pins `netns` first: a socket opened again later (see
+    /// [`Rtnl::dump`]) is in the same namespace as the first.
     fn open(netns: &NetNs) -> Result<Self, NodeIpsError> {
+        let netns = NetNs::Pinned(netns.pin().map_err(NodeIpsError::Socket)?);
         Ok(Rtnl {
-            netns: netns.clone(),
-            socket: Self::socket(netns)?,
+            socket: Self::socket(&netns)?,
+            netns,
             seq: 0,
             buf: Vec::with_capacity(INITIAL_RECV_BUF),
         })
@@ -106,6 +110,7 @@ impl Rtnl {
     fn socket(netns: &NetNs) -> Result<Socket, NodeIpsError> {
         let mut socket = socket_in(netns, NETLINK_ROUTE).map_err(NodeIpsError::Socket)?;
         socket.bind_auto().map_err(NodeIpsError::Socket)?;
+        connect_to_kernel(&socket).map_err(NodeIpsError::Socket)?;
         // Best effort: a smaller buffer only slows a dump down, it loses nothing.
         let _ = socket.set_rx_buf_sz(SOCKET_RCVBUF);
         Ok(socket)
@@ -193,8 +198,10 @@ impl Rtnl {
         loop {
             self.buf.clear();
             let capacity = self.buf.capacity();
-            let len = match self.socket.recv(&mut self.buf, MSG_TRUNC) {
-                Ok(len) => len,
+            let len = match self.socket.recv_from(&mut self.buf, MSG_TRUNC) {
+                // Sent before the socket was connected, by another process.
+                Ok((_, from)) if !from_kernel(&from) => continue,
+                Ok((len, _)) => len,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(source) => {
                     return Err(NodeIpsError::Io {
