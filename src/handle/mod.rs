@@ -71,10 +71,18 @@ use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
 /// and the rest of the process never change namespace. Entering another
 /// namespace needs `CAP_SYS_ADMIN`; IPVS itself needs `CAP_NET_ADMIN` in the
 /// initial user namespace (a rootless container gets
-/// [`Error::PermissionDenied`]). The socket for table-wide service dumps is
-/// opened in the same namespace on first use; a [`NetNs::Path`] or
-/// [`NetNs::Named`] is opened again then, so pass a [`NetNs::Fd`] if the
-/// namespace file may be removed while the handle lives.
+/// [`Error::PermissionDenied`]). The namespace is pinned when the handle
+/// opens: a [`NetNs::Path`] or [`NetNs::Named`] is opened once, and
+/// [`NetNs::Current`] is the calling thread's namespace at that moment
+/// ([`NetNs::pin`]). Every later socket of the handle, its table-dump
+/// socket and a [`Syncer`](crate::sync::Syncer)'s write and reader sockets,
+/// is made in that pinned namespace, even if `/run/netns/NAME` is deleted
+/// and created again, the pid is reused, or the handle is used from a thread
+/// in another namespace; [`Handle::netns`] reports it.
+///
+/// Every socket is connected to the kernel (netlink port 0), and each
+/// received datagram's sender is checked: another process in the namespace
+/// cannot answer in the kernel's place.
 ///
 /// # Errors
 ///
