@@ -69,10 +69,7 @@ fn all_keys(first: &VirtualServer, more: &[VirtualServer]) -> Vec<ServiceKey> {
 /// namespace would find no real servers (the kernel dumps those of a missing
 /// service as none) and add them again.
 fn sync_with_readers(h: &Handle, desired: &DesiredState) -> ipvsctl::Result<()> {
-    let options = SyncOptions {
-        read_sockets: 3,
-        ..SyncOptions::default()
-    };
+    let options = SyncOptions::default().with_read_sockets(3);
     let report = Syncer::with_options(h, options).sync(desired, Verify::Full)?;
     assert_eq!(report.writes_sent, 0, "{report:?}");
     assert!(report.is_ok(), "{report:?}");
