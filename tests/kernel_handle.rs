@@ -832,3 +832,109 @@ fn batch_reports_every_operation() {
     assert_eq!(h.get_service(&odd.key).unwrap().service, odd);
     let _ = IpvsCmd::Flush;
 }
+
+/// Runs `f` on its own thread and fails the test (instead of hanging it)
+/// when it does not return within `secs` seconds, e.g. on a deadlock.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("did not finish within {secs} s (deadlock?): {e}"))
+}
+
+/// A service and `n` real servers to add to it.
+fn service_and_dests(key: ServiceKey, n: usize) -> Vec<Op> {
+    std::iter::once(Op::AddService(VirtualServer::new(key)))
+        .chain((0..n).map(|i| {
+            let addr = sa(&format!("10.244.{}.{}:8080", i / 250, i % 250 + 1));
+            Op::AddDestination(
+                key,
+                RealServer::new(addr).with_forward(ForwardMethod::Masquerade),
+            )
+        }))
+        .collect()
+}
+
+#[test]
+fn apply_with_callbacks_may_use_the_handle() {
+    use ipvsctl::BatchMode;
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    for (n, mode) in [(1, BatchMode::Pipelined), (2, BatchMode::OneByOne)] {
+        let key = ServiceKey::tcp(sa(&format!("10.96.11.{n}:80")));
+        let ops = service_and_dests(key, 300);
+        let h2 = Arc::clone(&h);
+        let (report, lists) = within(300, move || {
+            let mut lists = 0;
+            let report = h2.apply_with(ops, mode, |index, r| {
+                assert!(r.is_ok(), "{index}: {r:?}");
+                if index % 50 == 0 {
+                    // Calls on the same handle from inside the callback (a
+                    // lookup on its main socket, a dump on its other one).
+                    assert_eq!(h2.get_service(&key).unwrap().service.key, key);
+                    h2.list_services().unwrap();
+                    lists += 1;
+                }
+            });
+            (report, lists)
+        });
+        assert!(report.is_ok(), "{mode:?}: {:?}", report.failed);
+        assert_eq!((report.succeeded, lists), (301, 7), "{mode:?}");
+        assert_eq!(h.list_destinations(&key).unwrap().len(), 300);
+    }
+}
+
+#[test]
+fn apply_with_ops_iterator_may_use_the_handle() {
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    let key = ServiceKey::tcp(sa("10.96.12.1:80"));
+    let probe = ServiceKey::tcp(sa("10.96.12.2:80"));
+    h.add_service(&VirtualServer::new(probe)).unwrap();
+    let ops = service_and_dests(key, 200);
+    let h2 = Arc::clone(&h);
+    let report = within(300, move || {
+        let h3 = Arc::clone(&h2);
+        // Each operation is produced after a look at the table (on the
+        // handle's main socket).
+        let lazy = ops.into_iter().inspect(move |_| {
+            assert_eq!(h3.get_service(&probe).unwrap().service.key, probe);
+        });
+        h2.apply(lazy)
+    });
+    assert!(report.is_ok(), "{:?}", report.failed);
+    assert_eq!(report.succeeded, 201);
+    assert_eq!(h.list_destinations(&key).unwrap().len(), 200);
+}
+
+#[test]
+fn a_panicking_apply_callback_leaves_the_handle_usable() {
+    use ipvsctl::BatchMode;
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    let key = ServiceKey::tcp(sa("10.96.13.1:80"));
+    let ops = service_and_dests(key, 100);
+    let h2 = Arc::clone(&h);
+    let caught = within(300, move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h2.apply_with(ops, BatchMode::Pipelined, |index, _| {
+                if index == 10 {
+                    panic!("a callback panics");
+                }
+            })
+        }))
+        .is_err()
+    });
+    assert!(caught);
+    // The handle still works, from this thread and from another.
+    let got = h.get_service(&key).unwrap().service.key;
+    assert_eq!(got, key);
+    let more = ServiceKey::tcp(sa("10.96.13.2:80"));
+    let report = h.apply(service_and_dests(more, 50));
+    assert!(report.is_ok(), "{:?}", report.failed);
+    let h2 = Arc::clone(&h);
+    let n = within(120, move || h2.list_destinations(&more).unwrap().len());
+    assert_eq!(n, 50);
+}
