@@ -938,3 +938,118 @@ fn a_panicking_apply_callback_leaves_the_handle_usable() {
     let n = within(120, move || h2.list_destinations(&more).unwrap().len());
     assert_eq!(n, 50);
 }
+
+/// The real servers of the churn test: `POOL` of them, and after `k`
+/// operations of the churning thread (operation `m` deletes real server
+/// `(m / 2) % POOL` when `m` is even and adds it back when odd) every one
+/// but the last deleted when `k` is odd.
+const POOL: usize = 300;
+
+fn churn_addr(j: usize) -> SocketAddr {
+    sa(&format!("10.244.{}.{}:8080", j / 250, j % 250 + 1))
+}
+
+fn churn_state(k: usize) -> std::collections::BTreeSet<SocketAddr> {
+    (0..POOL)
+        .filter(|j| k % 2 == 0 || *j != ((k - 1) / 2) % POOL)
+        .map(churn_addr)
+        .collect()
+}
+
+/// Checks one list read between `before` and `after` completed operations:
+/// no real server twice, and equal to a state the table had meanwhile.
+fn check_churn_list(addrs: &[SocketAddr], before: usize, after: usize) -> Result<(), String> {
+    let set: std::collections::BTreeSet<SocketAddr> = addrs.iter().copied().collect();
+    if set.len() != addrs.len() {
+        return Err(format!(
+            "{} real servers listed, {} distinct",
+            addrs.len(),
+            set.len()
+        ));
+    }
+    if (before..=after + 1).any(|k| churn_state(k) == set) {
+        return Ok(());
+    }
+    let full = churn_state(0);
+    Err(format!(
+        "a list the table never had ({} real servers; missing {:?}) between operations {before} and {after}",
+        set.len(),
+        full.difference(&set).collect::<Vec<_>>()
+    ))
+}
+
+#[test]
+fn destination_lists_are_consistent_while_the_table_changes() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.14.1:80"));
+    let rs = |j| RealServer::new(churn_addr(j)).with_forward(ForwardMethod::Masquerade);
+    h.add_service(&VirtualServer::new(key)).unwrap();
+    let report = h.apply((0..POOL).map(|j| Op::AddDestination(key, rs(j))));
+    assert!(report.is_ok(), "{:?}", report.failed);
+    // The churn runs on its own handle (its own socket).
+    let churner = Handle::open(&ipvsctl::NetNs::path(ns.path())).unwrap();
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (mut good, mut inconsistent, mut bad) = (0, 0, Vec::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut m = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let j = (m / 2) % POOL;
+                if m % 2 == 0 {
+                    churner.delete_destination(&key, churn_addr(j)).unwrap();
+                } else {
+                    churner.add_destination(&key, &rs(j)).unwrap();
+                }
+                m += 1;
+                done.store(m, Ordering::SeqCst);
+                if m % 20 == 0 {
+                    // Bursts of changes with quiet spells in between, so
+                    // that some lists can be read whole.
+                    std::thread::sleep(std::time::Duration::from_millis(400));
+                }
+            }
+        });
+        let t0 = std::time::Instant::now();
+        for round in 0..200 {
+            let before = done.load(Ordering::SeqCst);
+            let listed = if round % 2 == 0 {
+                h.list_destinations(&key)
+                    .map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>())
+            } else {
+                let mut out = None;
+                h.list_destinations_each(&[key], |_, r| {
+                    out = Some(r.map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()))
+                })
+                .unwrap();
+                out.unwrap()
+            };
+            let after = done.load(Ordering::SeqCst);
+            match listed {
+                Ok(addrs) => match check_churn_list(&addrs, before, after) {
+                    Ok(()) => good += 1,
+                    Err(e) => bad.push(format!("list {round}: {e}")),
+                },
+                Err(Error::Inconsistent { .. }) => inconsistent += 1,
+                Err(e) => bad.push(format!("list {round}: {e}")),
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(300) {
+                break;
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    eprintln!(
+        "{good} consistent lists, {inconsistent} typed errors, {} wrong; {} churn operations",
+        bad.len(),
+        done.load(Ordering::SeqCst)
+    );
+    assert!(
+        bad.is_empty(),
+        "{} wrong lists: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+    assert!(good >= 10, "only {good} lists succeeded");
+}
