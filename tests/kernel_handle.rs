@@ -978,6 +978,30 @@ fn check_churn_list(addrs: &[SocketAddr], before: usize, after: usize) -> Result
     ))
 }
 
+/// The real servers a sync read for `key`, from its plan against the whole
+/// pool: the pool minus the ones it would add. A plan from a read the table
+/// had adds at most a few real servers and does nothing else.
+fn read_by_plan(plan: &ipvsctl::sync::Plan, key: ServiceKey) -> Result<Vec<SocketAddr>, String> {
+    let mut read: Vec<SocketAddr> = (0..POOL).map(churn_addr).collect();
+    for op in &plan.ops {
+        match op {
+            Op::AddDestination(k, rs) if *k == key => read.retain(|a| *a != rs.addr),
+            other => return Err(format!("the sync's read led to {other:?}")),
+        }
+    }
+    Ok(read)
+}
+
+/// Sets the flag when dropped, also on a panic: stops a helper thread that
+/// a scope would otherwise wait for.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn destination_lists_are_consistent_while_the_table_changes() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -987,6 +1011,23 @@ fn destination_lists_are_consistent_while_the_table_changes() {
     h.add_service(&VirtualServer::new(key)).unwrap();
     let report = h.apply((0..POOL).map(|j| Op::AddDestination(key, rs(j))));
     assert!(report.is_ok(), "{:?}", report.failed);
+    // 63 more services, so that a read of all 64 overlaps the kernel's work
+    // and the decoding (another path through the reader).
+    let mut keys = vec![key];
+    for i in 1..64u8 {
+        let other = ServiceKey::tcp(SocketAddr::from(([10, 96, 15, i], 80)));
+        keys.push(other);
+        let report = h.apply(service_and_dests(other, 1));
+        assert!(report.is_ok(), "{:?}", report.failed);
+    }
+    // The sync reads through its own reader: a plan against the whole pool
+    // names exactly the real servers its read missed.
+    let mut desired = ipvsctl::sync::DesiredState::new();
+    desired
+        .insert(VirtualServer::new(key), (0..POOL).map(rs))
+        .unwrap();
+    let mut syncer = ipvsctl::sync::Syncer::new(&h);
+    syncer.adopt([key]);
     // The churn runs on its own handle (its own socket).
     let churner = Handle::open(&ipvsctl::NetNs::path(ns.path())).unwrap();
     let done = AtomicUsize::new(0);
@@ -1011,19 +1052,40 @@ fn destination_lists_are_consistent_while_the_table_changes() {
                 }
             }
         });
+        let _stop = SetOnDrop(&stop);
         let t0 = std::time::Instant::now();
         for round in 0..200 {
             let before = done.load(Ordering::SeqCst);
-            let listed = if round % 2 == 0 {
-                h.list_destinations(&key)
-                    .map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>())
-            } else {
-                let mut out = None;
-                h.list_destinations_each(&[key], |_, r| {
-                    out = Some(r.map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()))
-                })
-                .unwrap();
-                out.unwrap()
+            let asked = match round % 4 {
+                0 | 1 => &keys[..1],
+                _ => &keys[..],
+            };
+            let listed = match round % 4 {
+                0 => h
+                    .list_destinations(&key)
+                    .map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()),
+                3 => match syncer.plan(&desired, ipvsctl::sync::Verify::Full) {
+                    Ok(plan) => match read_by_plan(&plan, key) {
+                        Ok(read) => Ok(read),
+                        Err(e) => {
+                            bad.push(format!("list {round}: {e}"));
+                            continue;
+                        }
+                    },
+                    Err(e) => Err(e),
+                },
+                _ => {
+                    let mut out = None;
+                    h.list_destinations_each(asked, |i, r| {
+                        if i == 0 {
+                            out = Some(
+                                r.map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()),
+                            );
+                        }
+                    })
+                    .unwrap();
+                    out.unwrap()
+                }
             };
             let after = done.load(Ordering::SeqCst);
             match listed {
@@ -1038,7 +1100,6 @@ fn destination_lists_are_consistent_while_the_table_changes() {
                 break;
             }
         }
-        stop.store(true, Ordering::SeqCst);
     });
     eprintln!(
         "{good} consistent lists, {inconsistent} typed errors, {} wrong; {} churn operations",
