@@ -805,3 +805,285 @@ fn batch_reports_every_operation() {
     assert_eq!(h.get_service(&odd.key).unwrap().service, odd);
     let _ = IpvsCmd::Flush;
 }
+
+/// Runs `f` on its own thread and fails the test (instead of hanging it)
+/// when it does not return within `secs` seconds, e.g. on a deadlock.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("did not finish within {secs} s (deadlock?): {e}"))
+}
+
+/// A service and `n` real servers to add to it.
+fn service_and_dests(key: ServiceKey, n: usize) -> Vec<Op> {
+    std::iter::once(Op::AddService(VirtualServer::new(key)))
+        .chain((0..n).map(|i| {
+            let addr = sa(&format!("10.244.{}.{}:8080", i / 250, i % 250 + 1));
+            Op::AddDestination(
+                key,
+                RealServer::new(addr).with_forward(ForwardMethod::Masquerade),
+            )
+        }))
+        .collect()
+}
+
+#[test]
+fn apply_with_callbacks_may_use_the_handle() {
+    use ipvsctl::BatchMode;
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    for (n, mode) in [(1, BatchMode::Pipelined), (2, BatchMode::OneByOne)] {
+        let key = ServiceKey::tcp(sa(&format!("10.96.11.{n}:80")));
+        let ops = service_and_dests(key, 300);
+        let h2 = Arc::clone(&h);
+        let (report, lists) = within(300, move || {
+            let mut lists = 0;
+            let report = h2.apply_with(ops, mode, |index, r| {
+                assert!(r.is_ok(), "{index}: {r:?}");
+                if index % 50 == 0 {
+                    // Calls on the same handle from inside the callback (a
+                    // lookup on its main socket, a dump on its other one).
+                    assert_eq!(h2.get_service(&key).unwrap().service.key, key);
+                    h2.list_services().unwrap();
+                    lists += 1;
+                }
+            });
+            (report, lists)
+        });
+        assert!(report.is_ok(), "{mode:?}: {:?}", report.failed);
+        assert_eq!((report.succeeded, lists), (301, 7), "{mode:?}");
+        assert_eq!(h.list_destinations(&key).unwrap().len(), 300);
+    }
+}
+
+#[test]
+fn apply_with_ops_iterator_may_use_the_handle() {
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    let key = ServiceKey::tcp(sa("10.96.12.1:80"));
+    let probe = ServiceKey::tcp(sa("10.96.12.2:80"));
+    h.add_service(&VirtualServer::new(probe)).unwrap();
+    let ops = service_and_dests(key, 200);
+    let h2 = Arc::clone(&h);
+    let report = within(300, move || {
+        let h3 = Arc::clone(&h2);
+        // Each operation is produced after a look at the table (on the
+        // handle's main socket).
+        let lazy = ops.into_iter().inspect(move |_| {
+            assert_eq!(h3.get_service(&probe).unwrap().service.key, probe);
+        });
+        h2.apply(lazy)
+    });
+    assert!(report.is_ok(), "{:?}", report.failed);
+    assert_eq!(report.succeeded, 201);
+    assert_eq!(h.list_destinations(&key).unwrap().len(), 200);
+}
+
+#[test]
+fn a_panicking_apply_callback_leaves_the_handle_usable() {
+    use ipvsctl::BatchMode;
+    let (_ns, h) = setup();
+    let h = Arc::new(h);
+    let key = ServiceKey::tcp(sa("10.96.13.1:80"));
+    let ops = service_and_dests(key, 100);
+    let h2 = Arc::clone(&h);
+    let caught = within(300, move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h2.apply_with(ops, BatchMode::Pipelined, |index, _| {
+                if index == 10 {
+                    panic!("a callback panics");
+                }
+            })
+        }))
+        .is_err()
+    });
+    assert!(caught);
+    // The handle still works, from this thread and from another.
+    let got = h.get_service(&key).unwrap().service.key;
+    assert_eq!(got, key);
+    let more = ServiceKey::tcp(sa("10.96.13.2:80"));
+    let report = h.apply(service_and_dests(more, 50));
+    assert!(report.is_ok(), "{:?}", report.failed);
+    let h2 = Arc::clone(&h);
+    let n = within(120, move || h2.list_destinations(&more).unwrap().len());
+    assert_eq!(n, 50);
+}
+
+/// The real servers of the churn test: `POOL` of them, and after `k`
+/// operations of the churning thread (operation `m` deletes real server
+/// `(m / 2) % POOL` when `m` is even and adds it back when odd) every one
+/// but the last deleted when `k` is odd.
+const POOL: usize = 300;
+
+fn churn_addr(j: usize) -> SocketAddr {
+    sa(&format!("10.244.{}.{}:8080", j / 250, j % 250 + 1))
+}
+
+fn churn_state(k: usize) -> std::collections::BTreeSet<SocketAddr> {
+    (0..POOL)
+        .filter(|j| k % 2 == 0 || *j != ((k - 1) / 2) % POOL)
+        .map(churn_addr)
+        .collect()
+}
+
+/// Checks one list read between `before` and `after` completed operations:
+/// no real server twice, and equal to a state the table had meanwhile.
+fn check_churn_list(addrs: &[SocketAddr], before: usize, after: usize) -> Result<(), String> {
+    let set: std::collections::BTreeSet<SocketAddr> = addrs.iter().copied().collect();
+    if set.len() != addrs.len() {
+        return Err(format!(
+            "{} real servers listed, {} distinct",
+            addrs.len(),
+            set.len()
+        ));
+    }
+    if (before..=after + 1).any(|k| churn_state(k) == set) {
+        return Ok(());
+    }
+    let full = churn_state(0);
+    Err(format!(
+        "a list the table never had ({} real servers; missing {:?}) between operations {before} and {after}",
+        set.len(),
+        full.difference(&set).collect::<Vec<_>>()
+    ))
+}
+
+/// The real servers a sync read for `key`, from its plan against the whole
+/// pool: the pool minus the ones it would add. A plan from a read the table
+/// had adds at most a few real servers and does nothing else.
+fn read_by_plan(plan: &ipvsctl::sync::Plan, key: ServiceKey) -> Result<Vec<SocketAddr>, String> {
+    let mut read: Vec<SocketAddr> = (0..POOL).map(churn_addr).collect();
+    for op in &plan.ops {
+        match op {
+            Op::AddDestination(k, rs) if *k == key => read.retain(|a| *a != rs.addr),
+            other => return Err(format!("the sync's read led to {other:?}")),
+        }
+    }
+    Ok(read)
+}
+
+/// Sets the flag when dropped, also on a panic: stops a helper thread that
+/// a scope would otherwise wait for.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn destination_lists_are_consistent_while_the_table_changes() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.96.14.1:80"));
+    let rs = |j| RealServer::new(churn_addr(j)).with_forward(ForwardMethod::Masquerade);
+    h.add_service(&VirtualServer::new(key)).unwrap();
+    let report = h.apply((0..POOL).map(|j| Op::AddDestination(key, rs(j))));
+    assert!(report.is_ok(), "{:?}", report.failed);
+    // 63 more services, so that a read of all 64 overlaps the kernel's work
+    // and the decoding (another path through the reader).
+    let mut keys = vec![key];
+    for i in 1..64u8 {
+        let other = ServiceKey::tcp(SocketAddr::from(([10, 96, 15, i], 80)));
+        keys.push(other);
+        let report = h.apply(service_and_dests(other, 1));
+        assert!(report.is_ok(), "{:?}", report.failed);
+    }
+    // The sync reads through its own reader: a plan against the whole pool
+    // names exactly the real servers its read missed.
+    let mut desired = ipvsctl::sync::DesiredState::new();
+    desired
+        .insert(VirtualServer::new(key), (0..POOL).map(rs))
+        .unwrap();
+    let mut syncer = ipvsctl::sync::Syncer::new(&h);
+    syncer.adopt([key]);
+    // The churn runs on its own handle (its own socket).
+    let churner = Handle::open(&ipvsctl::NetNs::path(ns.path())).unwrap();
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (mut good, mut inconsistent, mut bad) = (0, 0, Vec::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut m = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let j = (m / 2) % POOL;
+                if m % 2 == 0 {
+                    churner.delete_destination(&key, churn_addr(j)).unwrap();
+                } else {
+                    churner.add_destination(&key, &rs(j)).unwrap();
+                }
+                m += 1;
+                done.store(m, Ordering::SeqCst);
+                if m % 20 == 0 {
+                    // Bursts of changes with quiet spells in between, so
+                    // that some lists can be read whole.
+                    std::thread::sleep(std::time::Duration::from_millis(400));
+                }
+            }
+        });
+        let _stop = SetOnDrop(&stop);
+        let t0 = std::time::Instant::now();
+        for round in 0..200 {
+            let before = done.load(Ordering::SeqCst);
+            let asked = match round % 4 {
+                0 | 1 => &keys[..1],
+                _ => &keys[..],
+            };
+            let listed = match round % 4 {
+                0 => h
+                    .list_destinations(&key)
+                    .map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()),
+                3 => match syncer.plan(&desired, ipvsctl::sync::Verify::Full) {
+                    Ok(plan) => match read_by_plan(&plan, key) {
+                        Ok(read) => Ok(read),
+                        Err(e) => {
+                            bad.push(format!("list {round}: {e}"));
+                            continue;
+                        }
+                    },
+                    Err(e) => Err(e),
+                },
+                _ => {
+                    let mut out = None;
+                    h.list_destinations_each(asked, |i, r| {
+                        if i == 0 {
+                            out = Some(
+                                r.map(|d| d.iter().map(|d| d.server.addr).collect::<Vec<_>>()),
+                            );
+                        }
+                    })
+                    .unwrap();
+                    out.unwrap()
+                }
+            };
+            let after = done.load(Ordering::SeqCst);
+            match listed {
+                Ok(addrs) => match check_churn_list(&addrs, before, after) {
+                    Ok(()) => good += 1,
+                    Err(e) => bad.push(format!("list {round}: {e}")),
+                },
+                Err(Error::Inconsistent { .. }) => inconsistent += 1,
+                Err(e) => bad.push(format!("list {round}: {e}")),
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(300) {
+                break;
+            }
+        }
+    });
+    eprintln!(
+        "{good} consistent lists, {inconsistent} typed errors, {} wrong; {} churn operations",
+        bad.len(),
+        done.load(Ordering::SeqCst)
+    );
+    assert!(
+        bad.is_empty(),
+        "{} wrong lists: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+    assert!(good >= 10, "only {good} lists succeeded");
+}

@@ -620,8 +620,10 @@ fn killed_mid_sync_converges() {
         before != table_of(&target),
         "the child was not killed mid-way"
     );
-    // A new process: nothing remembered, default scope.
+    // A new process: nothing remembered, default scope; it adopts the
+    // services its previous run created (the same keys).
     let mut s = Syncer::new(&h);
+    s.adopt(target.services().iter().map(|d| d.service().key));
     let r = s.sync(&target, Verify::Services).unwrap();
     assert_ok(&r);
     assert_eq!(r.verified, Some(Verify::Full));
@@ -758,4 +760,76 @@ fn graceful_termination_waits_for_connections() {
 /// two minutes).
 fn reset_on_close(s: &std::net::TcpStream) {
     rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO)).unwrap();
+}
+
+/// A service someone else made (ipvsadm here) with the key of a desired one
+/// is a conflict for the default scope: reported, left exactly as it is, and
+/// never deleted; `adopt` takes it over.
+#[test]
+fn same_key_foreign_services_are_conflicts_until_adopted() {
+    let (ns, h) = setup();
+    ns.ipvsadm("-A -t 10.96.0.1:80 -s wlc");
+    ns.ipvsadm("-a -t 10.96.0.1:80 -r 192.0.2.10:80 -m -w 3");
+    let theirs = ServiceKey::tcp(sa("10.96.0.1:80"));
+    let foreign = dump(&h);
+    let desired = cluster(3, 2, 1); // 10.96.0.1..3:80
+    let mine: DesiredState = {
+        let mut d = DesiredState::new();
+        for ds in desired
+            .services()
+            .iter()
+            .filter(|s| s.service().key != theirs)
+        {
+            d.insert(ds.service().clone(), ds.destinations().iter().copied())
+                .unwrap();
+        }
+        d
+    };
+    let conflicts = |r: &SyncReport| r.conflicts.iter().map(|c| c.key).collect::<Vec<_>>();
+    // Found by the first sync's read.
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_converged(&h, &foreign, &table_of(&mine));
+    assert_ok(&r);
+    assert_eq!(conflicts(&r), vec![theirs]);
+    assert_eq!(
+        r.conflicts[0].found.as_ref().map(|vs| vs.scheduler.clone()),
+        Some(Scheduler::WeightedLeastConnection)
+    );
+    assert!(!r.is_ok());
+    assert!(!s.owned().contains(&theirs));
+    assert_eq!((r.services.added, r.destinations.added), (2, 4));
+    // Found by a trusting sync (no read): the kernel refuses the adds, and
+    // the real servers that would have followed them are not sent. To a
+    // second syncer, the services of the first are foreign too.
+    let mut t = Syncer::new(&h);
+    assert_ok(&t.sync(&DesiredState::new(), Verify::Full).unwrap());
+    let r = t.sync(&desired, Verify::None).unwrap();
+    assert_eq!(r.verified, Some(Verify::None));
+    let all: Vec<ServiceKey> = desired.services().iter().map(|s| s.service().key).collect();
+    assert_eq!(conflicts(&r), all);
+    assert_eq!(r.conflicts[0].found.as_ref().map(|vs| vs.key), Some(theirs));
+    assert_eq!(r.services.added + r.destinations.added, 0, "{r:#?}");
+    assert_eq!(r.writes_sent, 3);
+    assert_converged(&h, &foreign, &table_of(&mine));
+    drop(t);
+    // Leaving the desired state does not delete it.
+    let r = s.sync(&mine, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert!(r.conflicts.is_empty());
+    assert_eq!(r.writes_sent, 0);
+    assert_converged(&h, &foreign, &table_of(&mine));
+    let r = s.sync(&desired, Verify::None).unwrap();
+    assert_eq!(conflicts(&r), vec![theirs]);
+    assert_converged(&h, &foreign, &table_of(&mine));
+    // Adopted, it is managed like the syncer's own.
+    s.adopt([theirs]);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert!(r.is_ok() && r.conflicts.is_empty());
+    assert_eq!((r.services.updated, r.destinations.deleted), (1, 1));
+    assert_converged(&h, &Table::new(), &table_of(&desired));
+    let r = s.sync(&mine, Verify::Services).unwrap();
+    assert_eq!(r.services.deleted, 1);
+    assert!(!dump(&h).contains_key(&theirs));
 }

@@ -115,6 +115,15 @@ impl Handle {
 
     /// [`Handle::apply`] with a mode and a callback that sees every
     /// operation's outcome (index, result) as it arrives.
+    ///
+    /// Neither `on_result` nor the `ops` iterator runs with the handle's
+    /// lock held, so both may use the handle (or another thread may, in
+    /// between): operations are drawn one datagram's worth at a time with
+    /// the lock released, the lock is taken for that datagram's exchange
+    /// only, and the outcomes are handed to `on_result` after it is released
+    /// again. A panic in either leaves the handle usable; the operations of
+    /// the datagrams already exchanged have taken effect, the others were
+    /// not sent. Operations refused by validation are reported last.
     pub fn apply_with<I, F>(&self, ops: I, mode: BatchMode, mut on_result: F) -> BatchReport
     where
         I: IntoIterator<Item = Op>,
@@ -122,52 +131,52 @@ impl Handle {
     {
         let mut report = BatchReport::default();
         let mut invalid: Vec<(usize, Error)> = Vec::new();
-        let mut answered = 0usize;
         // Pipelined, a request is answered only on failure or as the last of
         // its datagram (see `BatchMode::Pipelined`).
-        let kind = match mode {
-            BatchMode::Pipelined => Kind::Quiet,
-            BatchMode::OneByOne => Kind::Ack,
+        let (kind, per_turn) = match mode {
+            BatchMode::Pipelined => (Kind::Quiet, self.lock().sock.max_batch()),
+            BatchMode::OneByOne => (Kind::Ack, 1),
         };
-        // Operations are encoded lazily, as the exchange draws them, so a
-        // batch of any size keeps one datagram's worth of requests in memory.
-        // Invalid ones are set aside with their index and never sent.
-        let requests = ops
-            .into_iter()
-            .enumerate()
-            .filter_map(|(index, op)| match op.encode() {
-                Ok(msg) => Some(Request {
-                    index,
-                    msg,
-                    kind,
-                    target: op.target(),
-                }),
-                Err(e) => {
-                    invalid.push((index, e.into()));
-                    None
+        // Operations are encoded as they are drawn, so a batch of any size
+        // keeps one datagram's worth of requests in memory. Invalid ones are
+        // set aside with their index and never sent.
+        let mut ops = ops.into_iter().enumerate();
+        let mut requests: Vec<Request> = Vec::with_capacity(per_turn.min(1024));
+        let mut answers: Vec<(usize, Result<()>)> = Vec::with_capacity(per_turn.min(1024));
+        loop {
+            while requests.len() < per_turn {
+                let Some((index, op)) = ops.next() else { break };
+                match op.encode() {
+                    Ok(msg) => requests.push(Request {
+                        index,
+                        msg,
+                        kind,
+                        target: op.target(),
+                    }),
+                    Err(e) => invalid.push((index, e.into())),
                 }
-            });
-        let mut record = |index: usize, r: Result<Vec<IpvsMessage>>| {
-            let r = r.map(drop);
-            on_result(index, &r);
-            answered += 1;
-            match r {
-                Ok(()) => report.succeeded += 1,
-                Err(e) => report.failed.push((index, e)),
             }
-        };
-        let outcome = match mode {
-            BatchMode::Pipelined => self.run(requests, &mut record),
-            BatchMode::OneByOne => requests
-                .into_iter()
-                .try_for_each(|req| self.run([req], &mut record)),
-        };
-        report.sent = answered;
-        if let Err(e) = outcome {
-            // The socket itself failed: requests without an answer cannot be
-            // named one by one any more, so the failure is reported as
-            // covering the rest of the batch (index usize::MAX).
-            report.failed.push((usize::MAX, e));
+            if requests.is_empty() {
+                break;
+            }
+            let outcome = self.run(requests.drain(..), |index, r| {
+                answers.push((index, r.map(drop)));
+            });
+            for (index, r) in answers.drain(..) {
+                on_result(index, &r);
+                report.sent += 1;
+                match r {
+                    Ok(()) => report.succeeded += 1,
+                    Err(e) => report.failed.push((index, e)),
+                }
+            }
+            if let Err(e) = outcome {
+                // The socket itself failed: requests without an answer cannot
+                // be named one by one any more, so the failure is reported as
+                // covering the rest of the batch (index usize::MAX).
+                report.failed.push((usize::MAX, e));
+                break;
+            }
         }
         for (i, e) in invalid {
             let r = Err(e);

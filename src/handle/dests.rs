@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::{Error, Handle, Result, Target, Via};
+use super::{Answer, Error, Handle, Result, Target, Via};
 use crate::codec::{IpvsCmd, reply, request};
 use crate::model::{
     AddressFamily, DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Tunnel,
@@ -45,20 +45,30 @@ impl Handle {
             .map(drop)
     }
 
-    /// Lists a virtual server's real servers (one dump).
+    /// Lists a virtual server's real servers (one dump), each once.
     ///
     /// The kernel answers an empty dump both for a service without real
     /// servers and for a service that does not exist; when the dump is empty
     /// this asks for the service too, so a missing service is
     /// [`Error::ServiceNotFound`], never an empty list.
+    ///
+    /// A list too long for one page-sized datagram is dumped in several
+    /// passes that the kernel resumes by position, so a real server added or
+    /// deleted in between would make it repeat or miss one. Such a list is
+    /// read again on the handle's large-datagram socket until one read comes
+    /// in a single pass or two reads in a row agree (each real server once);
+    /// a table that keeps changing is [`Error::Inconsistent`] after four
+    /// reads.
     pub fn list_destinations(&self, service: &ServiceKey) -> Result<Vec<DestinationSnapshot>> {
-        let msg = request::dump_dests(service)?;
         let family = service.family();
-        let data = self
-            .call_decoded(msg, Kind::Dump, Target::Service(*service), |body| {
+        let read = |via: Via| -> Result<Answer<DestinationSnapshot>> {
+            let msg = request::dump_dests(service)?;
+            self.call_via(via, msg, Kind::Dump, Target::Service(*service), |body| {
                 reply::destination_from_body(body, family)
-            })?
-            .data;
+            })
+        };
+        let first = read(Via::Main)?;
+        let data = settle(service, first, || read(Via::Tables), |d| d.server.addr)?;
         if data.is_empty() {
             self.get_service(service)?;
         }
@@ -79,6 +89,9 @@ impl Handle {
     /// slow `each` holds at most the whole answer in memory. `each` may use
     /// the handle, but a call on the handle's main socket waits until every
     /// dump is read.
+    ///
+    /// Lists that take several passes are checked as in
+    /// [`Handle::list_destinations`], on the handle's other socket.
     ///
     /// Returns early only when the socket itself fails; then the services not
     /// yet reported have no result.
@@ -105,6 +118,7 @@ impl Handle {
         self.dump_dests_each(
             services,
             |index, body| reply::destination_from_body(body, family(index)),
+            |d| d.server.addr,
             |index, r| {
                 // An empty dump is also the answer for a missing service. The
                 // main socket may be busy with the dumps: ask on the other.
@@ -145,9 +159,137 @@ impl Handle {
     }
 }
 
+/// How many times a real-server list dumped in several passes is read
+/// before the table counts as changing too fast to list
+/// ([`Error::Inconsistent`]).
+const MAX_READS: usize = 4;
+
+/// The real servers of one dump, checked to be a list the table really had.
+///
+/// Each pass of a real-server dump runs under the kernel's IPVS mutex and
+/// sees a consistent table, but the next pass resumes by position, so a real
+/// server added between passes shifts one into the part already sent (it is
+/// listed twice) and one deleted shifts one out of it (it is missed). An
+/// answer in one datagram came from one pass and is returned as it is;
+/// otherwise the list is read again with `again` until a read comes in one
+/// datagram or two reads in a row list the same real servers, each once.
+pub(crate) fn settle<D>(
+    service: &ServiceKey,
+    first: Answer<D>,
+    mut again: impl FnMut() -> Result<Answer<D>>,
+    addr: impl Fn(&D) -> SocketAddr,
+) -> Result<Vec<D>> {
+    if first.datagrams <= 1 {
+        return Ok(first.data);
+    }
+    let mut previous = members(&first.data, &addr);
+    for _ in 1..MAX_READS {
+        let next = again()?;
+        let current = members(&next.data, &addr);
+        if current.is_some() && (next.datagrams <= 1 || current == previous) {
+            return Ok(next.data);
+        }
+        previous = current;
+    }
+    Err(Error::Inconsistent {
+        op: super::describe(IpvsCmd::GetDest, &Target::Service(*service)),
+        reads: MAX_READS,
+    })
+}
+
+/// The sorted addresses of a list, or `None` when one is listed twice.
+fn members<D>(data: &[D], addr: impl Fn(&D) -> SocketAddr) -> Option<Vec<SocketAddr>> {
+    let mut addrs: Vec<SocketAddr> = data.iter().map(addr).collect();
+    addrs.sort_unstable();
+    let listed = addrs.len();
+    addrs.dedup();
+    (addrs.len() == listed).then_some(addrs)
+}
+
 pub(crate) fn dest_target(service: &ServiceKey, addr: SocketAddr) -> Target {
     Target::Dest {
         key: *service,
         addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 244, 0, 1], port))
+    }
+
+    fn answer(ports: &[u16], datagrams: usize) -> Answer<SocketAddr> {
+        Answer {
+            data: ports.iter().map(|p| sa(*p)).collect(),
+            datagrams,
+        }
+    }
+
+    /// Runs `settle` on `first`, with `more` as the answers to the re-reads;
+    /// returns the ports listed (or the number of reads when inconsistent)
+    /// and how many re-reads were made.
+    fn run(
+        first: Answer<SocketAddr>,
+        more: Vec<Answer<SocketAddr>>,
+    ) -> (std::result::Result<Vec<u16>, usize>, usize) {
+        let key = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+        let mut more = more.into_iter();
+        let mut asked = 0;
+        let got = settle(
+            &key,
+            first,
+            || {
+                asked += 1;
+                Ok(more.next().expect("asked once too often"))
+            },
+            |a| *a,
+        );
+        let got = match got {
+            Ok(v) => Ok(v.iter().map(SocketAddr::port).collect()),
+            Err(Error::Inconsistent { reads, .. }) => Err(reads),
+            Err(e) => panic!("{e}"),
+        };
+        (got, asked)
+    }
+
+    #[test]
+    fn one_pass_is_trusted() {
+        assert_eq!(run(answer(&[1, 2, 3], 1), vec![]), (Ok(vec![1, 2, 3]), 0));
+        assert_eq!(run(answer(&[], 0), vec![]), (Ok(vec![]), 0));
+    }
+
+    #[test]
+    fn several_passes_are_read_again() {
+        // The re-read comes in one pass: it is the answer.
+        let (got, asked) = run(answer(&[1, 2, 2], 3), vec![answer(&[3, 1, 2], 1)]);
+        assert_eq!((got, asked), (Ok(vec![3, 1, 2]), 1));
+        // Two multi-pass reads that agree (in any order).
+        let (got, asked) = run(answer(&[1, 2, 3], 2), vec![answer(&[2, 3, 1], 2)]);
+        assert_eq!((got, asked), (Ok(vec![2, 3, 1]), 1));
+        // A skip shows as a disagreement; the next two reads agree.
+        let (got, asked) = run(
+            answer(&[1, 3], 2),
+            vec![answer(&[1, 2, 3], 2), answer(&[1, 2, 3], 2)],
+        );
+        assert_eq!((got, asked), (Ok(vec![1, 2, 3]), 2));
+        // Two reads with the same repeat never count as agreeing.
+        let (got, asked) = run(
+            answer(&[1, 1, 2], 2),
+            vec![
+                answer(&[1, 1, 2], 2),
+                answer(&[1, 2], 2),
+                answer(&[2, 3], 2),
+            ],
+        );
+        assert_eq!((got, asked), (Err(4), 3));
+    }
+
+    #[test]
+    fn a_table_that_keeps_changing_is_inconsistent() {
+        let reads = vec![answer(&[2, 3], 2), answer(&[1, 3], 2), answer(&[1, 2], 2)];
+        assert_eq!(run(answer(&[1, 2, 3], 2), reads), (Err(MAX_READS), 3));
     }
 }

@@ -182,6 +182,17 @@ pub enum Error {
         /// The operation.
         op: String,
     },
+    /// A real-server list was dumped in several passes (the kernel resumes
+    /// each pass by position) and the table changed between them: the reads
+    /// disagreed every time they were repeated, so no list is returned rather
+    /// than one that repeats or misses real servers.
+    #[error("{op}: the list changed while it was read in several passes ({reads} reads disagreed)")]
+    Inconsistent {
+        /// The operation.
+        op: String,
+        /// How many times the list was read.
+        reads: usize,
+    },
     /// The socket failed.
     #[error("{op}: {source}")]
     Io {

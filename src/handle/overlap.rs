@@ -11,10 +11,12 @@
 //! runs while the helper waits for the kernel.
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::mpsc;
 
-use super::{Answer, Error, Handle, Request, Result, Target, describe};
+use super::dests::settle;
+use super::{Answer, Error, Handle, Request, Result, Target, Via, describe};
 use crate::codec::{DecodeError, IpvsCmd, request};
 use crate::model::ServiceKey;
 use crate::netlink::Kind;
@@ -31,22 +33,25 @@ const BATCH_BYTES: usize = 32 << 10;
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
-    /// The request's index and where each of its data messages is in
-    /// `bytes`, or its error.
-    replies: Vec<(usize, Result<Vec<Range<usize>>>)>,
+    /// The request's index, where each of its data messages is in `bytes`
+    /// and how many datagrams they came in; or its error.
+    replies: Vec<(usize, Result<Answer<Range<usize>>>)>,
 }
 
 impl Handle {
     /// Dumps the real servers of each service in `keys`, one dump each, and
     /// calls `each(index, result)` once per key, in order, on this thread;
     /// each data message is decoded by `decode(index, body)` here too.
-    /// Invalid keys get their validation error without a request. Returns
-    /// early only on an I/O error of the socket (then the keys not yet
-    /// reported have no result).
+    /// Invalid keys get their validation error without a request. A list
+    /// that took several passes is checked by [`settle`] (re-read on the
+    /// other socket; `addr` names each real server) before it is reported.
+    /// Returns early only on an I/O error of the socket (then the keys not
+    /// yet reported have no result).
     pub(crate) fn dump_dests_each<D>(
         &self,
         keys: &[ServiceKey],
         mut decode: impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+        addr: impl Fn(&D) -> SocketAddr,
         mut each: impl FnMut(usize, Result<Vec<D>>),
     ) -> Result<()> {
         if keys.len() < OVERLAP_FROM {
@@ -54,11 +59,12 @@ impl Handle {
             // that it may use the handle.
             let mut replies = Vec::with_capacity(keys.len());
             self.run_decoded(requests(keys), &mut decode, |index, r| {
-                replies.push((index, r.map(|a| a.data)));
+                replies.push((index, r));
             })?;
             let mut next = 0;
             for (index, r) in replies {
                 report_skipped(keys, &mut next, index, &mut each);
+                let r = r.and_then(|a| self.settle_dests(keys, index, a, &mut decode, &addr));
                 each(index, r);
                 next = index + 1;
             }
@@ -72,10 +78,9 @@ impl Handle {
             for batch in rx {
                 for (index, r) in batch.replies {
                     report_skipped(keys, &mut next, index, &mut each);
-                    each(
-                        index,
-                        decode_reply(keys, index, &batch.bytes, r, &mut decode),
-                    );
+                    let r = decode_reply(keys, index, &batch.bytes, r, &mut decode)
+                        .and_then(|a| self.settle_dests(keys, index, a, &mut decode, &addr));
+                    each(index, r);
                     next = index + 1;
                 }
             }
@@ -86,6 +91,33 @@ impl Handle {
             report_skipped(keys, &mut next, keys.len(), &mut each);
             Ok(())
         })
+    }
+
+    /// [`settle`] for the dump of `keys[index]`: a re-read goes to the
+    /// handle's other socket, which the helper thread of an overlapped read
+    /// leaves free.
+    fn settle_dests<D>(
+        &self,
+        keys: &[ServiceKey],
+        index: usize,
+        first: Answer<D>,
+        decode: &mut impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
+        addr: &impl Fn(&D) -> SocketAddr,
+    ) -> Result<Vec<D>> {
+        let Some(key) = keys.get(index) else {
+            return Ok(first.data);
+        };
+        let again = || {
+            let msg = request::dump_dests(key)?;
+            self.call_via(
+                Via::Tables,
+                msg,
+                Kind::Dump,
+                Target::Service(*key),
+                |body| decode(index, body),
+            )
+        };
+        settle(key, first, again, addr)
     }
 
     /// The helper thread's side: runs the dumps, copying each message body
@@ -101,7 +133,7 @@ impl Handle {
         let mut consumer_gone = false;
         self.run_decoded(requests(keys), copy, |index, r: Result<Answer<_>>| {
             let mut b = batch.borrow_mut();
-            b.replies.push((index, r.map(|a| a.data)));
+            b.replies.push((index, r));
             if b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES {
                 let full = std::mem::take(&mut *b);
                 // A failed send means the caller's side stopped (it
@@ -158,11 +190,12 @@ fn decode_reply<D>(
     keys: &[ServiceKey],
     index: usize,
     bytes: &[u8],
-    reply: Result<Vec<Range<usize>>>,
+    reply: Result<Answer<Range<usize>>>,
     decode: &mut impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
-) -> Result<Vec<D>> {
+) -> Result<Answer<D>> {
+    let reply = reply?;
     let mut out = Vec::new();
-    for range in reply? {
+    for range in reply.data {
         let body = bytes.get(range).unwrap_or_default();
         match decode(index, body) {
             Ok(d) => out.push(d),
@@ -174,7 +207,10 @@ fn decode_reply<D>(
             }
         }
     }
-    Ok(out)
+    Ok(Answer {
+        data: out,
+        datagrams: reply.datagrams,
+    })
 }
 
 fn op(keys: &[ServiceKey], index: usize) -> String {

@@ -19,10 +19,12 @@
 //! # Scope
 //!
 //! A sync never touches a service outside its [`Scope`]: by default only the
-//! services it has been given, so keepalived, Docker or another proxy can
-//! share the namespace. [`Scope::Filter`] adds a predicate (a service
-//! address range, a firewall-mark range) and [`Scope::All`] claims the whole
-//! namespace.
+//! services it created itself (or was told to [`Syncer::adopt`]), so
+//! keepalived, Docker or another proxy can share the namespace. A desired
+//! service whose key is already taken by someone else's service is reported
+//! as a [`SyncConflict`] and left alone, not taken over. [`Scope::Filter`]
+//! adds a predicate (a service address range, a firewall-mark range) and
+//! [`Scope::All`] claims the whole namespace.
 //!
 //! # Cost
 //!
@@ -66,4 +68,4 @@ pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan};
 pub use state::{
     DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
 };
-pub use syncer::{SyncFailure, SyncOptions, SyncReport, Syncer, Verify};
+pub use syncer::{SyncConflict, SyncFailure, SyncOptions, SyncReport, Syncer, Verify};

@@ -11,25 +11,34 @@ use crate::model::{Protocol, RealServer, ServiceKey};
 
 /// Which services of the namespace a sync manages.
 ///
-/// Services in the desired state are always managed. Scope decides which
-/// *other* services a sync may delete: everything outside it is never read
-/// in full, changed or deleted, so keepalived, Docker or a second proxy can
-/// share the namespace.
+/// A sync manages the services its scope includes and the desired services
+/// it creates; everything else is never read in full, changed or deleted, so
+/// keepalived, Docker or a second proxy can share the namespace. A desired
+/// service whose key already exists outside the scope is not taken over: the
+/// [`Syncer`](super::Syncer) reports it as a
+/// [`SyncConflict`](super::SyncConflict) and leaves it alone until it is
+/// adopted ([`Syncer::adopt`](super::Syncer::adopt)).
+///
+/// The pure [`plan()`] has no such check: it plans every desired service it
+/// is given, against `observed`.
 #[derive(Clone, Default)]
 pub enum Scope {
-    /// The safe default: only services this syncer has been given in a
-    /// desired state before (and therefore created or took over). A new
-    /// syncer (a restarted process) owns nothing until it is given keys, so
-    /// services that left the desired state while it was not running are
-    /// left alone; use [`Scope::Filter`] to clean those up.
+    /// The safe default: only services this syncer owns, because it created
+    /// them (the kernel acknowledged its add) or adopted them. A service
+    /// that existed before, with a desired key, is a conflict and stays as
+    /// it is. A new syncer (a restarted process) owns nothing until it
+    /// adopts keys, so services that left the desired state while it was not
+    /// running are left alone; use [`Scope::Filter`] to clean those up.
     #[default]
     Owned,
-    /// Services this syncer owned (as [`Scope::Owned`]) and every service
+    /// Services this syncer owns (as [`Scope::Owned`]) and every service
     /// the predicate accepts (for example an address range, a port range or
-    /// a firewall-mark range reserved for the caller).
+    /// a firewall-mark range reserved for the caller): those are the
+    /// caller's, and an existing one with a desired key is taken over.
     Filter(Arc<dyn Fn(&ServiceKey) -> bool + Send + Sync>),
     /// Every service in the namespace: for a namespace the caller owns
-    /// entirely. Anything not desired is deleted.
+    /// entirely. Anything not desired is deleted, and existing services
+    /// with desired keys are taken over.
     All,
 }
 

@@ -93,7 +93,10 @@ fn in_key_order<V>(
 
 /// The real servers of each service in `keys` (one dump each), handed to
 /// `each(index, result)` in order as they arrive, while the kernel works on
-/// the next ones (see [`Handle::list_destinations_each`]).
+/// the next ones (see [`Handle::list_destinations_each`]). Each list has
+/// every real server once and is one the table had (lists dumped in several
+/// passes are read again until two reads agree, see
+/// [`Handle::list_destinations`]), or is [`Error::Inconsistent`].
 pub(crate) fn destinations_each(
     handle: &Handle,
     keys: &[ServiceKey],
@@ -111,7 +114,7 @@ pub(crate) fn destinations_each(
             conns: Some(conns),
         })
     };
-    handle.dump_dests_each(keys, decode, each)
+    handle.dump_dests_each(keys, decode, |d| d.server.addr, each)
 }
 
 /// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a

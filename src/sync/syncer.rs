@@ -9,7 +9,7 @@ use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
 use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
 use super::wire::Writer;
-use crate::model::ServiceKey;
+use crate::model::{ServiceKey, VirtualServer};
 use crate::{BatchMode, BatchReport, Error, Handle, Op, Result};
 
 /// How much of the kernel's state a sync reads before planning.
@@ -111,6 +111,20 @@ pub struct SyncFailure {
     pub error: Error,
 }
 
+/// A desired service that was left alone because a service with the same
+/// key already existed in the kernel and this syncer does not own it (it did
+/// not create it, was not told to [`Syncer::adopt`] it, and the scope does
+/// not claim it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncConflict {
+    /// The key.
+    pub key: ServiceKey,
+    /// The service found in the kernel, as read (`None` when it could not be
+    /// read back after the kernel refused to create it, e.g. because it was
+    /// deleted again meanwhile).
+    pub found: Option<VirtualServer>,
+}
+
 /// What a sync did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -140,12 +154,17 @@ pub struct SyncReport {
     /// services and planned them again in the same sync; the outcome of the
     /// retry is counted above and any new failure is in `failed`.
     pub retried: Vec<SyncFailure>,
+    /// Desired services that exist in the kernel but belong to someone else
+    /// (see [`SyncConflict`]): not changed, their real servers untouched, and
+    /// never deleted by this syncer. [`Syncer::adopt`] takes them over.
+    pub conflicts: Vec<SyncConflict>,
 }
 
 impl SyncReport {
-    /// Whether the kernel now matches the desired state (nothing failed).
+    /// Whether the kernel now matches the desired state: nothing failed and
+    /// no desired service was left alone as a [`SyncConflict`].
     pub fn is_ok(&self) -> bool {
-        self.failed.is_empty()
+        self.failed.is_empty() && self.conflicts.is_empty()
     }
 
     /// The failures that are not consequences of another one (a real-server
@@ -187,6 +206,25 @@ impl SyncReport {
 /// once within the same sync; anything else is reported and the service is
 /// read again on the next sync.
 ///
+/// # Ownership
+///
+/// A syncer owns the services it created (the kernel acknowledged its add)
+/// and those it was told to [`Syncer::adopt`]. With the default
+/// [`Scope::Owned`] it changes and deletes only those: a desired service
+/// whose key already exists in the kernel, made by keepalived, Docker,
+/// ipvsadm or another syncer, is a [`SyncConflict`] in
+/// [`SyncReport::conflicts`] and is left exactly as it is (its real servers
+/// too), now and when it leaves the desired state. The syncer finds such a
+/// service in its read of the kernel, or, when it trusts its memory
+/// ([`Verify::None`]), by the kernel refusing its add: new services are
+/// therefore added in a first round of requests and their real servers sent
+/// only once the adds are acknowledged. [`Scope::Filter`] and [`Scope::All`]
+/// claim the services they include, existing or not.
+///
+/// A restarted agent is a new syncer and owns nothing: the services its
+/// previous run created are conflicts until it adopts them, from a list it
+/// kept (the library does not guess which services were its own).
+///
 /// ```no_run
 /// use std::sync::Arc;
 /// use ipvsctl::Handle;
@@ -212,7 +250,7 @@ pub struct Syncer<H: Borrow<Handle> = Arc<Handle>> {
     known: bool,
     /// Services whose kernel state is unknown: read before the next plan.
     stale: HashSet<ServiceKey>,
-    /// Services this syncer was given in a desired state.
+    /// Services this syncer created or adopted (and did not delete since).
     owned: HashSet<ServiceKey>,
     /// Extra sockets for parallel reads.
     readers: Vec<Handle>,
@@ -261,15 +299,19 @@ impl<H: Borrow<Handle>> Syncer<H> {
         &self.memory
     }
 
-    /// The services the syncer owns (were desired at some sync and not
-    /// deleted since).
+    /// The services the syncer owns: created by it (or adopted, or claimed
+    /// by its scope while desired) and not deleted since.
     pub fn owned(&self) -> &HashSet<ServiceKey> {
         &self.owned
     }
 
-    /// Adds services to the owned set, e.g. keys a previous process
-    /// persisted, so that [`Scope::Owned`] deletes them when they are not
-    /// desired.
+    /// Takes services over: they are owned from now on, so a sync changes
+    /// them to the desired state (replacing their real servers) and, with
+    /// [`Scope::Owned`], deletes them once they are not desired, even though
+    /// this syncer did not create them. For the keys a previous run of the
+    /// same agent created (kept by the agent across restarts), or a
+    /// [`SyncConflict`] the caller decides is its own. The next sync reads
+    /// the kernel.
     pub fn adopt(&mut self, keys: impl IntoIterator<Item = ServiceKey>) {
         let before = self.owned.len();
         self.owned.extend(keys);
@@ -288,16 +330,44 @@ impl<H: Borrow<Handle>> Syncer<H> {
 
     /// Computes the plan a sync would apply, reading the kernel as `verify`
     /// asks, without writing anything.
+    /// Desired services found to belong to someone else (see
+    /// [`SyncConflict`]) are left out of the plan.
     pub fn plan(&mut self, desired: &DesiredState, verify: Verify) -> Result<Plan> {
         let mut report = SyncReport::default();
         self.observe(desired, verify, &mut report)?;
-        Ok(plan::plan(
-            desired,
-            &self.memory,
-            &self.options.scope,
-            &self.owned,
-            self.options.plan,
-        ))
+        Ok(self.plan_without(desired, &report.conflicts))
+    }
+
+    /// The plan for `desired` minus the conflicting services.
+    fn plan_without(&self, desired: &DesiredState, conflicts: &[SyncConflict]) -> Plan {
+        let plan_of = |d: &DesiredState| {
+            plan::plan(
+                d,
+                &self.memory,
+                &self.options.scope,
+                &self.owned,
+                self.options.plan,
+            )
+        };
+        if conflicts.is_empty() {
+            return plan_of(desired);
+        }
+        let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
+        let mut mine = DesiredState::with_capacity(desired.services().len());
+        for ds in desired.services() {
+            if !foreign.contains(&ds.service().key) {
+                // Already validated once: inserting again cannot fail.
+                let _ = mine.insert(ds.service().clone(), ds.destinations().iter().copied());
+            }
+        }
+        plan_of(&mine)
+    }
+
+    /// Whether `op` creates a service this syncer would not own if it
+    /// existed already: such adds go first, alone, so that a refusal
+    /// (someone else's service) stops its real servers from being sent.
+    fn claims(&self, op: &Op) -> bool {
+        matches!(op, Op::AddService(vs) if !self.options.scope.includes(&vs.key, &self.owned))
     }
 
     /// Makes the managed services equal to `desired`.
@@ -305,32 +375,70 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// `Err` only when reading the kernel fails (nothing was written then);
     /// failed write operations are in [`SyncReport::failed`], and everything
     /// else was applied. Running the sync again converges.
+    ///
+    /// Desired services that exist but are not this syncer's are left alone
+    /// and listed in [`SyncReport::conflicts`] (see [Ownership](Syncer#ownership)).
     pub fn sync(&mut self, desired: &DesiredState, verify: Verify) -> Result<SyncReport> {
         let mut report = SyncReport::default();
         self.observe(desired, verify, &mut report)?;
-        self.owned
-            .extend(desired.services().iter().map(|s| s.service().key));
-        let plan = plan::plan(
-            desired,
-            &self.memory,
-            &self.options.scope,
-            &self.owned,
-            self.options.plan,
-        );
+        // Desired services in memory are managed: owned already, or claimed
+        // by the scope.
+        for ds in desired.services() {
+            let key = ds.service().key;
+            if self.memory.get(&key).is_some() {
+                self.owned.insert(key);
+            }
+        }
+        let mut plan = self.plan_without(desired, &report.conflicts);
         report.planned = plan.counts;
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
-        let retry = self.apply(&plan, &mut report, true);
+        let ops = std::mem::take(&mut plan.ops);
+        let (claims, mut rest): (Vec<Op>, Vec<Op>) =
+            ops.into_iter().partition(|op| self.claims(op));
+        let mut retry = Vec::new();
+        let mut broken = HashSet::new();
+        if !claims.is_empty() {
+            let first = self.apply(&claims, &mut report, true, &mut broken);
+            if first.socket_failed {
+                // Whether the adds happened is unknown: their real servers
+                // could land on someone else's service. The next sync reads.
+                return Ok(report);
+            }
+            retry = first.retry;
+            if !first.withheld.is_empty() {
+                let withheld: HashSet<ServiceKey> = first.withheld.iter().copied().collect();
+                rest.retain(|op| !withheld.contains(&op_key(op)));
+            }
+            self.report_refused(first.refused, &mut report);
+        }
+        let second = self.apply(&rest, &mut report, true, &mut broken);
+        retry.extend(second.retry);
         if !retry.is_empty() {
+            retry.sort_unstable();
+            retry.dedup();
             self.heal(desired, retry, &mut report)?;
         }
         Ok(report)
     }
 
-    /// Whether a service that is not desired is managed.
-    fn manages(&self, desired: &DesiredState, key: &ServiceKey) -> bool {
-        desired.contains(key) || self.options.scope.includes(key, &self.owned)
+    /// Records desired services the kernel refused to add because they
+    /// exist, with what is there now (looked up; `None` if that fails or
+    /// the service is gone again).
+    fn report_refused(&self, refused: Vec<ServiceKey>, report: &mut SyncReport) {
+        if refused.is_empty() {
+            return;
+        }
+        let found = read::lookup(self.handle.borrow(), &refused)
+            .unwrap_or_else(|_| refused.iter().map(|_| None).collect());
+        report.reads_sent += refused.len();
+        report.conflicts.extend(
+            refused
+                .into_iter()
+                .zip(found)
+                .map(|(key, found)| SyncConflict { key, found }),
+        );
     }
 
     /// Whether the plan needs fresh connection counts for this remembered
@@ -374,7 +482,14 @@ impl<H: Borrow<Handle>> Syncer<H> {
         let mut to_read = Vec::new();
         for vs in kernel {
             let key = vs.key;
-            if !self.manages(desired, &key) {
+            if !self.options.scope.includes(&key, &self.owned) {
+                if desired.contains(&key) {
+                    // Someone else's service with a desired key.
+                    report.conflicts.push(SyncConflict {
+                        key,
+                        found: Some(vs),
+                    });
+                }
                 continue;
             }
             seen.insert(key, ());
@@ -470,13 +585,20 @@ impl<H: Borrow<Handle>> Syncer<H> {
         Ok(())
     }
 
-    /// Sends the plan and records every outcome in memory and the report.
-    /// Returns the services to re-read and retry (when `may_retry`).
-    fn apply(&mut self, plan: &Plan, report: &mut SyncReport, may_retry: bool) -> Vec<ServiceKey> {
-        if plan.is_empty() {
-            return Vec::new();
+    /// Sends `ops` and records every outcome in memory and the report.
+    /// `broken` collects the services whose creation or update failed for
+    /// good, across the rounds of one sync.
+    fn apply(
+        &mut self,
+        ops: &[Op],
+        report: &mut SyncReport,
+        may_retry: bool,
+        broken: &mut HashSet<ServiceKey>,
+    ) -> Applied {
+        let mut applied = Applied::default();
+        if ops.is_empty() {
+            return applied;
         }
-        let ops = &plan.ops;
         let writer = match &mut self.writer {
             Some(w) => w,
             None => match Writer::open(self.handle.borrow()) {
@@ -489,7 +611,8 @@ impl<H: Borrow<Handle>> Syncer<H> {
                             source: e,
                         },
                     });
-                    return Vec::new();
+                    applied.socket_failed = true;
+                    return applied;
                 }
             },
         };
@@ -536,23 +659,40 @@ impl<H: Borrow<Handle>> Syncer<H> {
         report.writes_sent += batch.sent;
         // Services whose creation or update failed for a reason a retry
         // cannot fix: their real-server failures follow from it.
-        let broken: HashSet<ServiceKey> = batch
-            .failed
-            .iter()
-            .filter_map(|(i, e)| match ops.get(*i) {
-                Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
-                _ => None,
-            })
-            .collect();
+        broken.extend(batch.failed.iter().filter_map(|(i, e)| match ops.get(*i) {
+            Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
+            _ => None,
+        }));
         let mut retry = HashSet::new();
         for (index, error) in batch.failed {
             let Some(op) = ops.get(index) else {
                 // The socket failed: the rest of the batch is unaccounted for.
                 self.known = false;
+                applied.socket_failed = true;
                 report.failed.push(SyncFailure { op: None, error });
                 continue;
             };
             let key = op_key(op);
+            if self.claims(op) {
+                if error.is_exists() {
+                    // Someone else's service: not ours to change.
+                    applied.refused.push(key);
+                    applied.withheld.push(key);
+                    continue;
+                }
+                if matches!(error, Error::Lost { .. }) {
+                    // Whether this syncer created it is unknown: not retried,
+                    // and its real servers are not sent. The next sync reads
+                    // it, and finds it a conflict if it exists.
+                    applied.withheld.push(key);
+                    self.stale.insert(key);
+                    report.failed.push(SyncFailure {
+                        op: Some(op.clone()),
+                        error,
+                    });
+                    continue;
+                }
+            }
             self.stale.insert(key);
             let failure = SyncFailure {
                 op: Some(op.clone()),
@@ -565,9 +705,9 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 report.failed.push(failure);
             }
         }
-        let mut retry: Vec<ServiceKey> = retry.into_iter().collect();
-        retry.sort_unstable();
-        retry
+        applied.retry = retry.into_iter().collect();
+        applied.retry.sort_unstable();
+        applied
     }
 
     /// Re-reads the services whose operations the kernel contradicted and
@@ -616,9 +756,23 @@ impl<H: Borrow<Handle>> Syncer<H> {
         // What the first pass counted as unchanged stays so; drains follow
         // the second plan.
         report.draining += plan.counts.draining;
-        self.apply(&plan, report, false);
+        self.apply(&plan.ops, report, false, &mut HashSet::new());
         Ok(())
     }
+}
+
+/// What became of a batch besides what is recorded in memory and the report.
+#[derive(Debug, Default)]
+struct Applied {
+    /// Services to re-read and retry (when retrying was allowed).
+    retry: Vec<ServiceKey>,
+    /// Services the kernel refused to add because they exist: conflicts.
+    refused: Vec<ServiceKey>,
+    /// Services whose add was refused or its outcome lost: their real
+    /// servers must not be sent.
+    withheld: Vec<ServiceKey>,
+    /// The socket failed: outcomes of operations not answered are unknown.
+    socket_failed: bool,
 }
 
 /// Failures that mean "the kernel's state differs from what was planned":
@@ -640,7 +794,11 @@ fn op_key(op: &Op) -> ServiceKey {
 /// Records an acknowledged operation in memory.
 fn remember(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, op: &Op) {
     match op {
-        Op::AddService(vs) => memory.insert(ObservedService::new(vs.clone(), [])),
+        Op::AddService(vs) => {
+            // Created by this syncer: its own.
+            owned.insert(vs.key);
+            memory.insert(ObservedService::new(vs.clone(), []));
+        }
         Op::UpdateService(vs) => {
             if let Some(m) = memory.get_mut(&vs.key) {
                 m.service = vs.clone();
