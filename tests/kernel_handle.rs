@@ -924,7 +924,7 @@ fn churn_addr(j: usize) -> SocketAddr {
 
 fn churn_state(k: usize) -> std::collections::BTreeSet<SocketAddr> {
     (0..POOL)
-        .filter(|j| k % 2 == 0 || *j != ((k - 1) / 2) % POOL)
+        .filter(|j| k.is_multiple_of(2) || *j != ((k - 1) / 2) % POOL)
         .map(churn_addr)
         .collect()
 }
