@@ -377,3 +377,81 @@ fn mini_proxy_follows_the_state_file() {
     assert!(syncs >= 6, "one log line per sync: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One `--once` run of the proxy on `config`, with `--owned FILE` or not;
+/// returns its log (stdout), asserting a clean exit.
+fn run_once(bin: &Path, ns: &TestNetns, config: &Path, owned: Option<&Path>) -> String {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--config", config.to_str().unwrap(), "--netns", ns.name()])
+        .args(["--device", "kp-ipvs0", "--once"]);
+    if let Some(f) = owned {
+        cmd.args(["--owned", f.to_str().unwrap()]);
+    }
+    let out = cmd.output().expect("run mini-proxy");
+    let log = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "mini-proxy failed: {}\n{log}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    log
+}
+
+/// A restarted proxy owns what its previous run created only when it kept
+/// the keys (`--owned FILE`); without them, those services are conflicts and
+/// stay exactly as they are.
+#[test]
+fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
+    let bin = mini_proxy_binary();
+    let ns = TestNetns::with_ipvs();
+    let dir = std::env::temp_dir().join(format!("mini-proxy-owned-{}", ns.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("state.json");
+    let owned = dir.join("owned.json");
+    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+    let dns = |ep: &str| {
+        format!(
+            r#"{{"services":[{{"name":"dns","vip":"10.96.0.53","port":53,"protocol":"udp","endpoints":[{{"ip":"{ep}","port":53}}]}}]}}"#
+        )
+    };
+    let first = {
+        let mut t = Table::new();
+        t.insert(
+            udp("10.96.0.53:53"),
+            (Scheduler::RoundRobin, dests(&[("10.1.0.7:53", 1)])),
+        );
+        t
+    };
+
+    // The first run creates the service and keeps its key.
+    write_state(&config, &dns("10.1.0.7"));
+    run_once(&bin, &ns, &config, Some(&owned));
+    assert_eq!(table(&h), first);
+    let kept: Vec<ServiceKey> =
+        serde_json::from_slice(&std::fs::read(&owned).expect("owned file")).expect("owned JSON");
+    assert_eq!(kept, vec![udp("10.96.0.53:53")]);
+
+    // Restarted without the keys: the service is someone else's.
+    write_state(&config, &dns("10.1.0.8"));
+    let log = run_once(&bin, &ns, &config, None);
+    assert!(log.contains("conflict:"), "{log}");
+    assert_eq!(table(&h), first, "a conflict is left alone:\n{log}");
+
+    // Restarted with them: the proxy manages it again, and deletes it when
+    // it is no longer desired.
+    let log = run_once(&bin, &ns, &config, Some(&owned));
+    let mut second = Table::new();
+    second.insert(
+        udp("10.96.0.53:53"),
+        (Scheduler::RoundRobin, dests(&[("10.1.0.8:53", 1)])),
+    );
+    assert_eq!(table(&h), second, "{log}");
+    write_state(&config, r#"{"services":[]}"#);
+    let log = run_once(&bin, &ns, &config, Some(&owned));
+    assert_eq!(table(&h), Table::new(), "{log}");
+    let kept: Vec<ServiceKey> =
+        serde_json::from_slice(&std::fs::read(&owned).expect("owned file")).expect("owned JSON");
+    assert!(kept.is_empty(), "{kept:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,7 +2,7 @@
 //! IPVS part of a service proxy.
 //!
 //! ```text
-//! mini-proxy --config FILE [--netns NAME] [--device ipvs0] [--period SECS] [--cleanup] [--once]
+//! mini-proxy --config FILE [--owned FILE] [--netns NAME] [--device ipvs0] [--period SECS] [--cleanup] [--once]
 //! ```
 //!
 //! * checks the kernel modules at start and exits with the check's
@@ -14,7 +14,14 @@
 //! * syncs with `ipvsctl::sync::Syncer` (owned services only, graceful
 //!   termination for removed endpoints) at start, whenever FILE changes
 //!   (checked every 200 ms), and every `--period` seconds (a full verify,
-//!   which also repairs drift); one log line per sync;
+//!   which also repairs drift); one log line per sync, and one per
+//!   conflict (a desired service that exists and is not the proxy's: left
+//!   alone);
+//! * with `--owned FILE`, keeps the keys of the services it owns in FILE
+//!   (JSON, rewritten after every sync) and adopts those keys when it
+//!   starts, so a restarted proxy manages, and may delete, the services its
+//!   previous run created; without it, a restarted proxy reports them as
+//!   conflicts and leaves them alone;
 //! * on SIGTERM or SIGINT exits cleanly; with `--cleanup` it first deletes
 //!   the services it owns, and only those.
 //!
@@ -30,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use ipvsctl::kmod;
+use ipvsctl::model::ServiceKey;
 use ipvsctl::nodeips::{self, Options};
 use ipvsctl::sync::{SyncOptions, SyncReport, Syncer, Verify};
 use ipvsctl::{Handle, NetNs};
@@ -41,6 +49,7 @@ struct Args {
     netns: Option<String>,
     device: String,
     period: Duration,
+    owned: Option<PathBuf>,
     cleanup: bool,
     once: bool,
 }
@@ -51,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         netns: None,
         device: "ipvs0".into(),
         period: Duration::from_secs(30),
+        owned: None,
         cleanup: false,
         once: false,
     };
@@ -60,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--config" => args.config = value("--config")?.into(),
             "--netns" => args.netns = Some(value("--netns")?),
+            "--owned" => args.owned = Some(value("--owned")?.into()),
             "--device" => args.device = value("--device")?,
             "--period" => {
                 let v = value("--period")?;
@@ -156,6 +167,9 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
         r.failed.len(),
         took.as_secs_f64() * 1e3
     );
+    for c in &r.conflicts {
+        println!("  conflict: {:?} exists and is not ours: left alone", c.key);
+    }
     for f in r.root_failures() {
         match &f.op {
             Some(op) => println!("  failed: {op:?}: {}", f.error),
@@ -185,7 +199,36 @@ fn sync_once(
         .sync(&desired, verify)
         .map_err(|e| format!("sync: {e}"))?;
     log_sync(why, &report, start.elapsed());
-    Ok(())
+    save_owned(args, syncer)
+}
+
+/// The keys a previous run owned, from `--owned FILE` (none when the file
+/// does not exist yet).
+fn load_owned(args: &Args) -> Result<Vec<ServiceKey>, String> {
+    let Some(path) = &args.owned else {
+        return Ok(Vec::new());
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| format!("--owned {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("--owned {}: {e}", path.display())),
+    }
+}
+
+/// Writes the owned keys to `--owned FILE` (a new file renamed over the old
+/// one, so a crash leaves one or the other whole).
+fn save_owned(args: &Args, syncer: &Syncer<Arc<Handle>>) -> Result<(), String> {
+    let Some(path) = &args.owned else {
+        return Ok(());
+    };
+    let mut keys: Vec<ServiceKey> = syncer.owned().iter().copied().collect();
+    keys.sort();
+    let json = serde_json::to_vec(&keys).map_err(|e| format!("--owned: {e}"))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, json)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("--owned {}: {e}", path.display()))
 }
 
 /// What identifies a version of the file.
@@ -211,6 +254,7 @@ fn run() -> Result<(), String> {
     let mut options = SyncOptions::default();
     options.plan.graceful_termination = true;
     let mut syncer = Syncer::with_options(Arc::clone(&handle), options);
+    syncer.adopt(load_owned(&args)?);
 
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
