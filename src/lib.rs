@@ -22,6 +22,7 @@ pub mod nodeips;
 pub mod sync;
 
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
+pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use netlink::netns::NetNs;
 
 #[cfg(doctest)]
