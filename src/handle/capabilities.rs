@@ -83,17 +83,11 @@ impl KernelVersion {
         let end = release
             .find(|c: char| !c.is_ascii_digit() && c != '.')
             .unwrap_or(release.len());
-        let mut parts = release[..end].split('.');
-        let mut number = || -> Option<Option<u32>> {
-            match parts.next() {
-                None => Some(None),
-                Some(p) => p.parse().ok().map(Some),
-            }
-        };
-        let major = number()??;
-        let minor = number()??;
-        let patch = number().and_then(|p| p.or(Some(0)));
-        Some(KernelVersion::new(major, minor, patch?))
+        let mut parts = release[..end].split('.').map(str::parse::<u32>);
+        let major = parts.next()?.ok()?;
+        let minor = parts.next()?.ok()?;
+        let patch = parts.next().map_or(Some(0), Result::ok)?;
+        Some(KernelVersion::new(major, minor, patch))
     }
 }
 
@@ -188,9 +182,9 @@ impl Availability {
             Verdict::BuiltIn { .. } | Verdict::Loaded { .. } => Availability::Present,
             Verdict::Loadable { .. } => Availability::Loadable,
             Verdict::Missing { evidence } => {
-                let dep_read = evidence.iter().any(|e| {
-                    matches!(e, Evidence::NotListed { file } if file.ends_with("modules.dep"))
-                });
+                let dep_read = evidence.iter().any(
+                    |e| matches!(e, Evidence::NotListed { file } if file.ends_with("modules.dep")),
+                );
                 if dep_read {
                     Availability::Absent
                 } else {
@@ -486,7 +480,11 @@ impl fmt::Display for Capabilities {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        let scheds = self.schedulers.iter().map(|(s, a)| (s.name(), *a)).collect();
+        let scheds = self
+            .schedulers
+            .iter()
+            .map(|(s, a)| (s.name(), *a))
+            .collect();
         let engines = self
             .persistence_engines
             .iter()
@@ -495,7 +493,11 @@ impl fmt::Display for Capabilities {
         writeln!(f, "schedulers: {}", list(scheds))?;
         writeln!(f, "persistence engines: {}", list(engines))?;
         writeln!(f, "GUE tunnels: {}", self.tunnel_gue)?;
-        writeln!(f, "GRE tunnels, tunnel flags: {}", self.tunnel_gre_and_flags)?;
+        writeln!(
+            f,
+            "GRE tunnels, tunnel flags: {}",
+            self.tunnel_gre_and_flags
+        )?;
         writeln!(f, "64-bit statistics: {}", self.stats64)?;
         write!(f, "mixed-family real servers: {}", self.mixed_family)
     }
@@ -565,5 +567,131 @@ mod tests {
         );
         assert_eq!(Support::judge(None, None, gue), Support::Unknown);
         assert_eq!(Support::Unknown.is_available(), None);
+    }
+
+    fn caps(twos: Availability, gue: Support, gre: Support) -> Capabilities {
+        let schedulers = Scheduler::BUILT_IN
+            .into_iter()
+            .map(|s| {
+                let a = if s == Scheduler::TwoChoice {
+                    twos
+                } else {
+                    Availability::Present
+                };
+                (s, a)
+            })
+            .collect();
+        Capabilities {
+            release: "6.1.0-18-amd64".into(),
+            version: KernelVersion::parse("6.1.0-18-amd64"),
+            info: Info {
+                version: crate::model::Version(0x010201),
+                conn_tab_size: 4096,
+            },
+            schedulers,
+            persistence_engines: vec![(PersistenceEngine::sip(), Availability::Absent)],
+            tunnel_gue: gue,
+            tunnel_gre_and_flags: gre,
+            stats64: Support::Seen,
+            mixed_family: Support::Seen,
+        }
+    }
+
+    fn service(s: Scheduler) -> VirtualServer {
+        VirtualServer::new(ServiceKey::tcp("192.0.2.1:80".parse().unwrap())).with_scheduler(s)
+    }
+
+    fn tunnelled(t: crate::model::Tunnel) -> RealServer {
+        RealServer::new("198.51.100.1:80".parse().unwrap()).with_forward(ForwardMethod::Tunnel(t))
+    }
+
+    #[test]
+    fn only_an_absent_scheduler_or_engine_is_refused() {
+        let c = caps(Availability::Absent, Support::Seen, Support::Seen);
+        let err = c.check_service(&service(Scheduler::TwoChoice)).unwrap_err();
+        assert!(
+            matches!(&err, Error::KernelLacks { feature, kernel, .. }
+                if feature == "scheduler \"twos\"" && kernel == "6.1.0-18-amd64"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("ip_vs_twos"), "{err}");
+        c.check_service(&service(Scheduler::RoundRobin)).unwrap();
+        c.check_service(&service(Scheduler::Other("mine".into())))
+            .unwrap();
+        let sip = service(Scheduler::RoundRobin).with_persistence_engine(PersistenceEngine::sip());
+        assert!(matches!(
+            c.check_service(&sip),
+            Err(Error::KernelLacks { .. })
+        ));
+        for a in [Availability::Unknown, Availability::Loadable] {
+            let c = caps(a, Support::Seen, Support::Seen);
+            c.check_service(&service(Scheduler::TwoChoice)).unwrap();
+        }
+    }
+
+    #[test]
+    fn tunnels_the_kernel_would_ignore_are_refused() {
+        use crate::model::Tunnel;
+        let before = |v| Support::BeforeVersion { since: v };
+        let old = caps(
+            Availability::Present,
+            before(KernelVersion::TUNNEL_GUE),
+            before(KernelVersion::TUNNEL_GRE_AND_FLAGS),
+        );
+        for t in [Tunnel::gue(6080), Tunnel::gre()] {
+            assert!(matches!(
+                old.check_destination(&tunnelled(t)),
+                Err(Error::KernelLacks { .. })
+            ));
+        }
+        old.check_destination(&tunnelled(Tunnel::IPIP)).unwrap();
+        // 5.2: GUE without flags passes, GRE and GUE with flags do not.
+        let v52 = caps(Availability::Present, Support::Seen, Support::NotSent);
+        v52.check_destination(&tunnelled(Tunnel::gue(6080)))
+            .unwrap();
+        let mut flagged = Tunnel::gue(6080);
+        flagged.flags = TunnelFlags::from_bits_retain(1);
+        assert!(v52.check_destination(&tunnelled(flagged)).is_err());
+        assert!(v52.check_destination(&tunnelled(Tunnel::gre())).is_err());
+        let unknown = caps(Availability::Present, Support::Unknown, Support::Unknown);
+        unknown
+            .check_destination(&tunnelled(Tunnel::gre()))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_module_is_absent_only_when_modules_dep_was_read() {
+        let root = std::env::temp_dir().join(format!("ipvsctl-caps-{}", std::process::id()));
+        let dir = root.join("lib/modules/6.1.0");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(root.join("proc")).unwrap();
+        std::fs::write(dir.join("modules.builtin"), "").unwrap();
+        std::fs::write(
+            dir.join("modules.dep"),
+            "kernel/net/netfilter/ipvs/ip_vs_rr.ko:\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("proc/modules"), "").unwrap();
+        let req = Requirements::empty()
+            .with_scheduler("rr")
+            .and_then(|r| r.with_scheduler("twos"))
+            .unwrap();
+        let verdicts = |roots: kmod::Roots| {
+            let cfg = CheckConfig {
+                roots,
+                release: Some("6.1.0".into()),
+            };
+            let report = kmod::check_with(&req, &cfg);
+            report
+                .modules
+                .iter()
+                .map(Availability::of)
+                .collect::<Vec<_>>()
+        };
+        let seen = verdicts(kmod::Roots::under(&root));
+        let unseen = verdicts(kmod::Roots::under(root.join("nonexistent")));
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(seen, [Availability::Loadable, Availability::Absent]);
+        assert_eq!(unseen, [Availability::Unknown, Availability::Unknown]);
     }
 }
