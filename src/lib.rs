@@ -116,6 +116,7 @@ pub mod netlink;
 pub mod nodeips;
 pub mod sync;
 
+pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
 pub use netlink::netns::NetNs;
 

@@ -162,6 +162,19 @@ pub enum Error {
         /// What was ignored.
         what: String,
     },
+    /// Refused before anything was sent, by
+    /// [`crate::Capabilities::check_service`] or
+    /// [`crate::Capabilities::check_destination`]: the running kernel lacks
+    /// a feature the request needs, and would refuse or silently ignore it.
+    #[error("kernel {kernel} has no {feature}: {reason}")]
+    KernelLacks {
+        /// What is missing, such as `scheduler "twos"` or `GUE tunnels`.
+        feature: String,
+        /// The running kernel's release (`uname -r`).
+        kernel: String,
+        /// What showed it is missing.
+        reason: String,
+    },
     /// The value was refused before anything was sent.
     #[error(transparent)]
     Invalid(#[from] ValidationError),

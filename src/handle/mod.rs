@@ -7,6 +7,7 @@
 
 mod admin;
 mod batch;
+mod capabilities;
 mod dests;
 mod error;
 mod overlap;
@@ -15,6 +16,7 @@ mod services;
 use std::sync::{Mutex, MutexGuard};
 
 pub use batch::{BatchMode, BatchReport, Op};
+pub use capabilities::{Availability, Capabilities, KernelVersion, Support};
 pub(crate) use error::Target;
 pub use error::{Error, Result};
 
