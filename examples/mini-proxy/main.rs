@@ -209,8 +209,9 @@ fn load_owned(args: &Args) -> Result<Vec<ServiceKey>, String> {
         return Ok(Vec::new());
     };
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| format!("--owned {}: {e}", path.display())),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|e| format!("--owned {}: {e}", path.display()))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(format!("--owned {}: {e}", path.display())),
     }
