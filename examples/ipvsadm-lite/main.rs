@@ -15,6 +15,7 @@
 //! kernel state (kernel tests check it side by side). Without `-n`, ports
 //! are named from `/etc/services` and addresses stay numeric.
 
+mod conns;
 mod format;
 mod names;
 mod restore;
@@ -209,10 +210,7 @@ fn list(
             format::daemons(out, &d);
             Ok(())
         }
-        ListWhat::Connections => Err(Failure::new(
-            "ipvsadm-lite: listing connections (-c) is not supported; read /proc/net/ip_vs_conn",
-            1,
-        )),
+        ListWhat::Connections => conns::list(out, f, namer).map_err(|m| Failure::new(m, 1)),
     }
 }
 
