@@ -23,9 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use ipvsctl::model::{
-    ForwardMethod, RealServer, ServiceKey, VirtualServer,
-};
+use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::{Handle, NetNs};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 9, 9, 9);
@@ -62,11 +60,13 @@ fn build_table(n: usize) -> Duration {
     for a in SOURCES {
         sh("ip", &["addr", "add", &format!("{a}/32"), "dev", "conns0"]);
     }
-    sh("ip", &["route", "add", &format!("{VIP}/32"), "dev", "conns0"]);
+    sh(
+        "ip",
+        &["route", "add", &format!("{VIP}/32"), "dev", "conns0"],
+    );
     let h = Handle::open(&NetNs::Current).expect("handle");
     let key = ServiceKey::udp(SocketAddr::new(VIP.into(), 53));
-    h.add_service(&VirtualServer::new(key.clone()))
-        .expect("service");
+    h.add_service(&VirtualServer::new(key)).expect("service");
     let rs = RealServer::new("10.1.0.2:53".parse().expect("literal"))
         .with_forward(ForwardMethod::Masquerade);
     h.add_destination(&key, &rs).expect("destination");
@@ -76,7 +76,10 @@ fn build_table(n: usize) -> Duration {
 
     let start = Instant::now();
     let per_source = n.div_ceil(SOURCES.len());
-    assert!(per_source <= usize::from(u16::MAX - FIRST_PORT), "too many entries");
+    assert!(
+        per_source <= usize::from(u16::MAX - FIRST_PORT),
+        "too many entries"
+    );
     let mut made = 0;
     'outer: for a in SOURCES {
         for i in 0..per_source {
@@ -96,10 +99,12 @@ fn build_table(n: usize) -> Duration {
 }
 
 fn read_with_library() -> usize {
-    ipvsctl::conns::connections(&NetNs::Current)
-        .expect("open")
-        .map(|c| c.expect("entry"))
-        .count()
+    let mut n = 0;
+    for entry in ipvsctl::conns::connections(&NetNs::Current).expect("open") {
+        std::hint::black_box(entry.expect("entry"));
+        n += 1;
+    }
+    n
 }
 
 fn spawn_to_null(program: &str, args: &[&str]) {
@@ -158,7 +163,12 @@ fn bench(c: &mut Criterion) {
     let (rm, rlo, rhi) = summary(&mut reader_s);
     let (cm, clo, chi) = summary(&mut vs_cat);
     let (im, ilo, ihi) = summary(&mut vs_ipvsadm);
-    println!("conns/{n}: reader {:.1} ms (min {:.1}, max {:.1}) over {pairs} rounds", rm * 1e3, rlo * 1e3, rhi * 1e3);
+    println!(
+        "conns/{n}: reader {:.1} ms (min {:.1}, max {:.1}) over {pairs} rounds",
+        rm * 1e3,
+        rlo * 1e3,
+        rhi * 1e3
+    );
     println!("conns/{n}: cat / reader = {cm:.2} (min {clo:.2}, max {chi:.2})");
     println!("conns/{n}: ipvsadm -Lcn / reader = {im:.2} (min {ilo:.2}, max {ihi:.2})");
 }

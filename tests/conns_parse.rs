@@ -27,9 +27,13 @@ fn kernel_addr(ip: IpAddr) -> String {
 
 fn any_ip(v6: bool) -> BoxedStrategy<IpAddr> {
     if v6 {
-        any::<u128>().prop_map(|b| IpAddr::V6(Ipv6Addr::from(b))).boxed()
+        any::<u128>()
+            .prop_map(|b| IpAddr::V6(Ipv6Addr::from(b)))
+            .boxed()
     } else {
-        any::<u32>().prop_map(|b| IpAddr::V4(Ipv4Addr::from(b))).boxed()
+        any::<u32>()
+            .prop_map(|b| IpAddr::V4(Ipv4Addr::from(b)))
+            .boxed()
     }
 }
 

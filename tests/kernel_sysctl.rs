@@ -99,8 +99,14 @@ fn values_set_read_back_in_that_namespace_only() {
     sysctl::write(&ns, &ignore, &ArpIgnore::IncomingInterface).expect("arp_ignore");
     sysctl::write(&ns, &announce, &ArpAnnounce::BestLocalAddress).expect("arp_announce");
 
-    assert_eq!(sysctl::read(&ns, &knobs::CONNTRACK).ok(), Some(!before_root));
-    assert_eq!(sysctl::read(&ns, &knobs::EXPIRE_NODEST_CONN).ok(), Some(true));
+    assert_eq!(
+        sysctl::read(&ns, &knobs::CONNTRACK).ok(),
+        Some(!before_root)
+    );
+    assert_eq!(
+        sysctl::read(&ns, &knobs::EXPIRE_NODEST_CONN).ok(),
+        Some(true)
+    );
     assert_eq!(
         sysctl::read(&ns, &knobs::EXPIRE_QUIESCENT_TEMPLATE).ok(),
         Some(true)
@@ -110,7 +116,10 @@ fn values_set_read_back_in_that_namespace_only() {
         Some(ConnReuseMode::all())
     );
     assert_eq!(sysctl::read(&ns, &knobs::SYNC_RETRIES).ok(), Some(3));
-    assert_eq!(sysctl::read(&ns, &ignore).ok(), Some(ArpIgnore::IncomingInterface));
+    assert_eq!(
+        sysctl::read(&ns, &ignore).ok(),
+        Some(ArpIgnore::IncomingInterface)
+    );
     assert_eq!(
         sysctl::read(&ns, &announce).ok(),
         Some(ArpAnnounce::BestLocalAddress)
@@ -149,7 +158,11 @@ fn out_of_range_is_refused_before_writing() {
         Err(SysctlError::Invalid { .. })
     ));
     assert!(matches!(
-        sysctl::write(&ns, &knobs::CONN_REUSE_MODE, &ConnReuseMode::from_bits_retain(4)),
+        sysctl::write(
+            &ns,
+            &knobs::CONN_REUSE_MODE,
+            &ConnReuseMode::from_bits_retain(4)
+        ),
         Err(SysctlError::Invalid { .. })
     ));
     let ignore = knobs::arp_ignore("all").expect("knob");

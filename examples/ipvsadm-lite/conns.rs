@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use ipvsctl::NetNs;
-use ipvsctl::conns::{self, Connection, ConnError};
+use ipvsctl::conns::{self, ConnError, Connection};
 use ipvsctl::model::Protocol;
 
 use super::format::{self, Namer};

@@ -174,7 +174,7 @@ fn iteration_stops_after_the_first_error() {
 #[test]
 fn missing_file_names_path_and_namespace() {
     let ns = NetNs::Current;
-    let err = open(&ns, "/nonexistent/ip_vs_conn").err().expect("error");
+    let err = open(&ns, "/nonexistent/ip_vs_conn").expect_err("error");
     let text = err.to_string();
     assert!(
         text.contains("/nonexistent/ip_vs_conn") && text.contains("current"),
