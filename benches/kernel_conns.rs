@@ -13,7 +13,7 @@
 //! Why not 100,000 by default: building that table took 24 s in the guest,
 //! but criterion's warm-up put one full read by the library at about 35 s
 //! (Linux 6.1, QEMU TCG, 2026-12-01), against 0.25 s at 10,000: growth with
-//! the square of the table, as expected from the kernel side. Its seq_file
+//! the square of the table, consistent with the kernel side: its seq_file
 //! hands out at most a page per `read(2)`, and `ip_vs_conn_seq_start` walks
 //! the hash table from the first bucket to the resume position each time.
 //!
