@@ -109,12 +109,14 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod codec;
+pub mod conns;
 mod handle;
 pub mod kmod;
 pub mod model;
 pub mod netlink;
 pub mod nodeips;
 pub mod sync;
+pub mod sysctl;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};

@@ -26,6 +26,7 @@
 //! deletes every service the file does not name, also those of other
 //! programs (keepalived, Docker).
 
+mod conns;
 mod format;
 mod names;
 mod replay;
@@ -241,10 +242,7 @@ fn list(
             format::daemons(out, &d);
             Ok(())
         }
-        ListWhat::Connections => Err(Failure::new(
-            "ipvsadm-lite: listing connections (-c) is not supported; read /proc/net/ip_vs_conn",
-            1,
-        )),
+        ListWhat::Connections => conns::list(out, f, namer).map_err(|m| Failure::new(m, 1)),
     }
 }
 
