@@ -37,39 +37,6 @@ const VIP: &str = "10.9.9.9";
 const BACKEND: &str = "10.1.0.2";
 const WAIT: Duration = Duration::from_secs(5);
 
-/// The ipvsadm-lite binary of the same build profile as this test.
-fn lite() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary is in target/<profile>/deps");
-    let path = profile.join("examples").join("ipvsadm-lite");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build --examples --all-features`",
-        path.display()
-    );
-    path
-}
-
-/// A veth pair between `router` (`dev`, `r_addr/24`) and `other` (`eth0`,
-/// `o_addr/24`, default route via the router).
-fn link(router: &TestNetns, other: &TestNetns, dev: &str, r_addr: &str, o_addr: &str) {
-    let peer = ["link", "add", "eth0", "type", "veth", "peer", "name", dev];
-    let mut args: Vec<&str> = peer.to_vec();
-    args.extend(["netns", router.name()]);
-    other.run("ip", &args);
-    other.run(
-        "ip",
-        &["addr", "add", &format!("{o_addr}/24"), "dev", "eth0"],
-    );
-    other.run("ip", &["link", "set", "eth0", "up"]);
-    other.run("ip", &["route", "add", "default", "via", r_addr]);
-    router.run("ip", &["addr", "add", &format!("{r_addr}/24"), "dev", dev]);
-    router.run("ip", &["link", "set", dev, "up"]);
-}
-
 /// Router, client and one backend with a TCP server that keeps every
 /// connection open until the lab is dropped, and a UDP echo server.
 struct Lab {
@@ -87,8 +54,8 @@ impl Lab {
         let backend = TestNetns::new();
         router.run("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
         router.run("ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
-        link(&router, &client, "c0", "10.0.0.1", "10.0.0.2");
-        link(&router, &backend, "b0", "10.1.0.1", BACKEND);
+        support::link(&router, &client, "c0", "10.0.0.1", "10.0.0.2");
+        support::link(&router, &backend, "b0", "10.1.0.1", BACKEND);
         let handle = Handle::open(&NetNs::path(router.path())).expect("handle in router");
         for key in [ServiceKey::tcp(vip(vport)), ServiceKey::udp(vip(vport))] {
             let vs = VirtualServer::new(key);
@@ -211,9 +178,9 @@ fn same_listing(ns: &TestNetns, args: &[&str]) -> String {
         // Alternate which starts first.
         let (theirs, ours) = if attempt % 2 == 0 {
             let t = spawn(support::tool("ipvsadm"));
-            (t, spawn(lite()))
+            (t, spawn(support::example_binary("ipvsadm-lite")))
         } else {
-            let o = spawn(lite());
+            let o = spawn(support::example_binary("ipvsadm-lite"));
             (spawn(support::tool("ipvsadm")), o)
         };
         let theirs = theirs.wait_with_output().expect("wait ipvsadm");

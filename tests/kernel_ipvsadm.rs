@@ -12,28 +12,9 @@ mod support;
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 
 use support::TestNetns;
-
-/// The ipvsadm-lite binary of the same build profile as this test.
-fn lite() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/kernel_ipvsadm-HASH
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary is in target/<profile>/deps");
-    let path = profile.join("examples").join("ipvsadm-lite");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it first with `cargo build --example ipvsadm-lite` \
-         (scripts/test does)",
-        path.display()
-    );
-    path
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
@@ -51,7 +32,9 @@ struct Run {
 }
 
 fn output_to_run(out: Output) -> Run {
-    let lite = lite().display().to_string();
+    let lite = support::example_binary("ipvsadm-lite")
+        .display()
+        .to_string();
     let ipvsadm = support::tool("ipvsadm").display().to_string();
     Run {
         status: out.status.code(),
@@ -84,7 +67,7 @@ fn run(ns: &TestNetns, tool: Tool, args: &[&str], stdin: Option<&str>) -> Run {
     };
     let mut c = match tool {
         Tool::Ipvsadm => ns.command("ipvsadm"),
-        Tool::Lite => ns.command(lite()),
+        Tool::Lite => ns.command(support::example_binary("ipvsadm-lite")),
     };
     c.args(args)
         .stdin(if stdin.is_some() {

@@ -117,23 +117,6 @@ fn serde_real_server_round_trip() {
 
 // ----------------------------------------------------------- mini-proxy ---
 
-/// The example's binary, built by `cargo test --features serde` next to the
-/// test binaries (`target/debug/examples/mini-proxy`).
-fn mini_proxy_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/debug/deps/..");
-    let bin = dir.join("examples").join("mini-proxy");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo test --features serde` (or build the example)",
-        bin.display()
-    );
-    bin
-}
-
 /// The running proxy with its log file; killed (SIGKILL) if still running
 /// on drop.
 struct Proxy {
@@ -211,7 +194,7 @@ const NODE_IPS: [&str; 2] = ["192.168.10.5", "192.168.20.5"];
 
 #[test]
 fn mini_proxy_follows_the_state_file() {
-    let bin = mini_proxy_binary();
+    let bin = support::example_binary("mini-proxy");
     let ns = TestNetns::with_ipvs();
     // Node interfaces with the names kube-proxy v1.9's eth* guess missed.
     ns.run("ip", &["link", "add", "ens3", "type", "dummy"]);
@@ -403,7 +386,7 @@ fn run_once(bin: &Path, ns: &TestNetns, config: &Path, owned: Option<&Path>) -> 
 /// stay exactly as they are.
 #[test]
 fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
-    let bin = mini_proxy_binary();
+    let bin = support::example_binary("mini-proxy");
     let ns = TestNetns::with_ipvs();
     let dir = std::env::temp_dir().join(format!("mini-proxy-owned-{}", ns.name()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -72,11 +72,11 @@ impl Lab {
         let client = TestNetns::new();
         router.run("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
         router.run("ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
-        link(&router, &client, "c0", "10.0.0.1", "10.0.0.2");
+        support::link(&router, &client, "c0", "10.0.0.1", "10.0.0.2");
         let mut backends = Vec::new();
         for i in 0..n {
             let b = TestNetns::new();
-            link(
+            support::link(
                 &router,
                 &b,
                 &format!("b{i}"),
@@ -254,34 +254,6 @@ fn answer_tcp(s: &mut TcpStream, name: &str) -> std::io::Result<()> {
     let mut buf = [0u8; REQUEST.len()];
     s.read_exact(&mut buf)?;
     s.write_all(name.as_bytes())
-}
-
-/// A veth pair between `router` (device `dev`, address `r_addr/24`) and
-/// `other` (device `eth0`, address `o_addr/24`, default route via the router).
-fn link(router: &TestNetns, other: &TestNetns, dev: &str, r_addr: &str, o_addr: &str) {
-    other.run(
-        "ip",
-        &[
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            dev,
-            "netns",
-            router.name(),
-        ],
-    );
-    other.run(
-        "ip",
-        &["addr", "add", &format!("{o_addr}/24"), "dev", "eth0"],
-    );
-    other.run("ip", &["link", "set", "eth0", "up"]);
-    other.run("ip", &["route", "add", "default", "via", r_addr]);
-    router.run("ip", &["addr", "add", &format!("{r_addr}/24"), "dev", dev]);
-    router.run("ip", &["link", "set", dev, "up"]);
 }
 
 fn vkey(udp: bool) -> ServiceKey {

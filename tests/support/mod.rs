@@ -387,3 +387,51 @@ fn failure(cmd: &Command, out: &Output) -> String {
     }
     s
 }
+
+/// The binary of example `name` from the same build profile as this test
+/// (`target/<profile>/examples/NAME`); kernel tests that drive an example
+/// need it built first (`cargo build --examples --all-features`, which
+/// `scripts/test` runs).
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary is in target/<profile>/deps");
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build --examples --all-features` \
+         (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A veth pair between `router` (device `dev`, address `r_addr/24`) and
+/// `other` (device `eth0`, address `o_addr/24`, default route via the router).
+pub fn link(router: &TestNetns, other: &TestNetns, dev: &str, r_addr: &str, o_addr: &str) {
+    other.run(
+        "ip",
+        &[
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            dev,
+            "netns",
+            router.name(),
+        ],
+    );
+    other.run(
+        "ip",
+        &["addr", "add", &format!("{o_addr}/24"), "dev", "eth0"],
+    );
+    other.run("ip", &["link", "set", "eth0", "up"]);
+    other.run("ip", &["route", "add", "default", "via", r_addr]);
+    router.run("ip", &["addr", "add", &format!("{r_addr}/24"), "dev", dev]);
+    router.run("ip", &["link", "set", dev, "up"]);
+}
