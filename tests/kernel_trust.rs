@@ -64,13 +64,15 @@ fn all_keys(first: &VirtualServer, more: &[VirtualServer]) -> Vec<ServiceKey> {
 }
 
 /// A full sync of `desired`, which the table already holds, by a new syncer
-/// that reads real servers over three sockets (two opened now, from the
-/// handle's namespace): it must find nothing to write. A reader in another
-/// namespace would find no real servers (the kernel dumps those of a missing
-/// service as none) and add them again.
+/// that adopts those services and reads real servers over three sockets (two
+/// opened now, from the handle's namespace): it must find nothing to write.
+/// A reader in another namespace would find no real servers (the kernel
+/// dumps those of a missing service as none) and add them again.
 fn sync_with_readers(h: &Handle, desired: &DesiredState) -> ipvsctl::Result<()> {
     let options = SyncOptions::default().with_read_sockets(3);
-    let report = Syncer::with_options(h, options).sync(desired, Verify::Full)?;
+    let mut syncer = Syncer::with_options(h, options);
+    syncer.adopt(desired.services().iter().map(|d| d.service().key));
+    let report = syncer.sync(desired, Verify::Full)?;
     assert_eq!(report.writes_sent, 0, "{report:?}");
     assert!(report.is_ok(), "{report:?}");
     Ok(())
