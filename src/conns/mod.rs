@@ -8,7 +8,7 @@
 //!
 //! The file shows the table of the network namespace it was opened in.
 //! [`connections`] opens `/proc/thread-self/net/ip_vs_conn` from a thread
-//! inside the requested namespace (see [`run_in`](crate::netlink::netns::run_in));
+//! inside the requested namespace (see [`run_in`](crate::netlink::netns::run_in()));
 //! reading then happens on the caller's thread.
 //!
 //! Every line is checked; a line that does not have the kernel's format is a

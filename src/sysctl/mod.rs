@@ -3,10 +3,10 @@
 //! written per network namespace.
 //!
 //! Every [`Knob`] knows its file under `/proc/sys`, the type of its value
-//! and the values the kernel accepts; [`write`] refuses anything else with
+//! and the values the kernel accepts; [`write()`] refuses anything else with
 //! [`SysctlError::Invalid`] before the file is opened. The `/proc/sys/net`
 //! tree is per network namespace and shows the namespace of the thread that
-//! opens a file, so [`read`] and [`write`] open it from a thread inside the
+//! opens a file, so [`read`] and [`write()`] open it from a thread inside the
 //! requested namespace (see [`run_in`]).
 //!
 //! `/proc/sys/net/ipv4/vs` exists only while `ip_vs` is loaded
