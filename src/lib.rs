@@ -100,10 +100,10 @@
 //!
 //! # More
 //!
-//! The repository's README covers the kernel facts found while testing,
-//! the examples (`ipvsadm-lite`, a drop-in for `ipvsadm` 1.31, and
-//! `mini-proxy`, a small service proxy), testing against real kernels and
-//! fuzzing. Measured figures, with how and on which kernel they were taken,
+//! The repository's `docs/` covers the kernel facts found while testing
+//! (`docs/kernel-notes.md`) and the examples (`ipvsadm-lite`, a drop-in for
+//! `ipvsadm` 1.31, and `mini-proxy`, a small service proxy); its
+//! CONTRIBUTING.md covers testing against real kernels and fuzzing. Measured figures, with how and on which kernel they were taken,
 //! are in `docs/performance.md`.
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]

@@ -85,7 +85,7 @@ pub enum ListWhat {
 pub struct RestoreOptions {
     /// `--clear-first`: flush everything, then run the lines (`ipvsadm -C;
     /// ipvsadm -R`; slow after a large table: the kernel's destination
-    /// trash, README "Kernel facts").
+    /// trash, docs/kernel-notes.md).
     pub clear_first: bool,
     /// `--replace-table`: the rules are the whole table. What they keep is
     /// updated in place (never deleted and re-created), and every service

@@ -31,8 +31,8 @@
 //! scheduler while holding the IPVS mutex, and `ip_vs_lblc`/`ip_vs_lblcr`
 //! then wait for any network-namespace cleanup in progress, which waits for
 //! that mutex. A namespace deleted at that moment deadlocks IPVS and
-//! namespace cleanup for good (seen on 6.1 and 6.12; README "Kernel facts
-//! found while testing"). For those two, [`probe_scheduler`] is safe only
+//! namespace cleanup for good (seen on 6.1 and 6.12; `docs/kernel-notes.md`
+//! in the repository). For those two, [`probe_scheduler`] is safe only
 //! once the module is loaded.
 //!
 //! ## What the load step runs, and what it refuses

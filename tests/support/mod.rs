@@ -331,8 +331,7 @@ fn ipvs_usable_in(ns: &TestNetns) -> Result<(), String> {
     // and lblcr's init register per-namespace state, which waits for any
     // namespace cleanup in progress, and that cleanup waits for the IPVS
     // mutex: a deadlock, hit when one test adds an lblc service while
-    // another test's namespace goes (README "Kernel facts found while
-    // testing"). Missing modules (twos before 6.12) are fine.
+    // another test's namespace goes (docs/kernel-notes.md). Missing modules (twos before 6.12) are fine.
     for m in IPVS_MODULES {
         let _ = Command::new(tool("modprobe")).arg(m).output();
     }
