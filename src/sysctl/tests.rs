@@ -93,3 +93,37 @@ fn an_invalid_value_is_refused_before_the_namespace_is_entered() {
     let err = write(&ns, &knobs::SYNC_VERSION, &1).err();
     assert!(matches!(err, Some(SysctlError::Io { .. })), "{err:?}");
 }
+
+#[test]
+fn arp_values_round_trip_through_their_numbers() {
+    use super::value::KnobValue;
+    for (v, text) in [
+        (ArpIgnore::AnyAddress, "0"),
+        (ArpIgnore::IncomingInterface, "1"),
+        (ArpIgnore::IncomingInterfaceSameSubnet, "2"),
+        (ArpIgnore::NotHostScope, "3"),
+        (ArpIgnore::Never, "8"),
+    ] {
+        assert_eq!(v.render(), text);
+        assert_eq!(ArpIgnore::parse(text), Some(v));
+        assert_eq!(v.refuse(), None);
+    }
+    assert_eq!(ArpIgnore::parse("5"), Some(ArpIgnore::Other(5)));
+    assert_eq!(
+        ArpIgnore::Other(5).refuse().as_deref(),
+        Some("5 is not one of 0, 1, 2, 3, 8")
+    );
+    for (v, text) in [
+        (ArpAnnounce::AnyAddress, "0"),
+        (ArpAnnounce::AvoidOtherSubnets, "1"),
+        (ArpAnnounce::BestLocalAddress, "2"),
+    ] {
+        assert_eq!(v.render(), text);
+        assert_eq!(ArpAnnounce::parse(text), Some(v));
+    }
+    assert_eq!(
+        ArpAnnounce::Other(3).refuse().as_deref(),
+        Some("3 is not one of 0, 1, 2")
+    );
+    assert_eq!(ArpAnnounce::parse("x"), None);
+}

@@ -107,34 +107,52 @@ pub enum ArpIgnore {
     Other(i32),
 }
 
+/// An ARP knob's named values and their numbers: the one table that both
+/// reading and writing use.
+const ARP_IGNORE_CODES: [(ArpIgnore, i32); 5] = [
+    (ArpIgnore::AnyAddress, 0),
+    (ArpIgnore::IncomingInterface, 1),
+    (ArpIgnore::IncomingInterfaceSameSubnet, 2),
+    (ArpIgnore::NotHostScope, 3),
+    (ArpIgnore::Never, 8),
+];
+
 impl KnobValue for ArpIgnore {
     fn parse(text: &str) -> Option<Self> {
-        Some(match text.parse::<i32>().ok()? {
-            0 => ArpIgnore::AnyAddress,
-            1 => ArpIgnore::IncomingInterface,
-            2 => ArpIgnore::IncomingInterfaceSameSubnet,
-            3 => ArpIgnore::NotHostScope,
-            8 => ArpIgnore::Never,
-            n => ArpIgnore::Other(n),
-        })
+        let n = text.parse::<i32>().ok()?;
+        Some(named(&ARP_IGNORE_CODES, n).unwrap_or(ArpIgnore::Other(n)))
     }
     fn render(&self) -> String {
         match self {
-            ArpIgnore::AnyAddress => 0,
-            ArpIgnore::IncomingInterface => 1,
-            ArpIgnore::IncomingInterfaceSameSubnet => 2,
-            ArpIgnore::NotHostScope => 3,
-            ArpIgnore::Never => 8,
-            ArpIgnore::Other(n) => *n,
+            ArpIgnore::Other(n) => n.to_string(),
+            named_value => code(&ARP_IGNORE_CODES, named_value).to_string(),
         }
-        .to_string()
     }
     fn refuse(&self) -> Option<String> {
         match self {
-            ArpIgnore::Other(n) => Some(format!("{n} is not one of 0, 1, 2, 3, 8")),
+            ArpIgnore::Other(n) => Some(not_one_of(*n, &ARP_IGNORE_CODES)),
             _ => None,
         }
     }
+}
+
+/// The named value of number `n` in `codes`.
+fn named<T: Copy>(codes: &[(T, i32)], n: i32) -> Option<T> {
+    codes.iter().find(|(_, c)| *c == n).map(|(v, _)| *v)
+}
+
+/// The number of named value `v` in `codes` (every named value is listed).
+fn code<T: PartialEq>(codes: &[(T, i32)], v: &T) -> i32 {
+    codes
+        .iter()
+        .find(|(named, _)| named == v)
+        .map_or(0, |(_, c)| *c)
+}
+
+/// "N is not one of 0, 1, 2" for the numbers of `codes`.
+fn not_one_of<T>(n: i32, codes: &[(T, i32)]) -> String {
+    let list: Vec<String> = codes.iter().map(|(_, c)| c.to_string()).collect();
+    format!("{n} is not one of {}", list.join(", "))
 }
 
 /// `net.ipv4.conf.*.arp_announce`: which source address ARP requests sent
@@ -154,27 +172,27 @@ pub enum ArpAnnounce {
     Other(i32),
 }
 
+/// See [`ARP_IGNORE_CODES`].
+const ARP_ANNOUNCE_CODES: [(ArpAnnounce, i32); 3] = [
+    (ArpAnnounce::AnyAddress, 0),
+    (ArpAnnounce::AvoidOtherSubnets, 1),
+    (ArpAnnounce::BestLocalAddress, 2),
+];
+
 impl KnobValue for ArpAnnounce {
     fn parse(text: &str) -> Option<Self> {
-        Some(match text.parse::<i32>().ok()? {
-            0 => ArpAnnounce::AnyAddress,
-            1 => ArpAnnounce::AvoidOtherSubnets,
-            2 => ArpAnnounce::BestLocalAddress,
-            n => ArpAnnounce::Other(n),
-        })
+        let n = text.parse::<i32>().ok()?;
+        Some(named(&ARP_ANNOUNCE_CODES, n).unwrap_or(ArpAnnounce::Other(n)))
     }
     fn render(&self) -> String {
         match self {
-            ArpAnnounce::AnyAddress => 0,
-            ArpAnnounce::AvoidOtherSubnets => 1,
-            ArpAnnounce::BestLocalAddress => 2,
-            ArpAnnounce::Other(n) => *n,
+            ArpAnnounce::Other(n) => n.to_string(),
+            named_value => code(&ARP_ANNOUNCE_CODES, named_value).to_string(),
         }
-        .to_string()
     }
     fn refuse(&self) -> Option<String> {
         match self {
-            ArpAnnounce::Other(n) => Some(format!("{n} is not one of 0, 1, 2")),
+            ArpAnnounce::Other(n) => Some(not_one_of(*n, &ARP_ANNOUNCE_CODES)),
             _ => None,
         }
     }
