@@ -1,45 +1,17 @@
 //! Host tests of the load step: what the loader said is kept in full and
 //! explained in plain words. No test here loads anything into the kernel.
 
+mod support;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ipvsctl::kmod::{
     self, Cause, CheckConfig, Compression, LoadFailure, LoadStep, LoadSuccess, Loader, Modprobe,
     ModuleName, Requirements, Roots,
 };
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ipvsctl-kmod-load-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    /// A fake `modprobe`: a shell script.
-    fn script(&self, name: &str, body: &str) -> PathBuf {
-        let p = self.0.join(name);
-        fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+use support::ScratchDir as Dir;
 
 fn name(n: &str) -> ModuleName {
     ModuleName::new(n).unwrap()
@@ -144,7 +116,7 @@ fn explanations_say_what_to_do() {
 
 #[test]
 fn nonexistent_modprobe_is_not_installed() {
-    let d = Dir::new("nomp");
+    let d = Dir::new("kmod-load-nomp");
     let program = d.0.join("no-such-modprobe");
     let out = kmod::modprobe(&name("ip_vs"), &Modprobe::at(program.clone()).unwrap());
     let Err(failure) = &out.result else {
@@ -178,7 +150,7 @@ fn nonexistent_modprobe_is_not_installed() {
 
 #[test]
 fn modprobe_output_is_kept_in_full_and_explained() {
-    let d = Dir::new("mp");
+    let d = Dir::new("kmod-load-mp");
     let program = d.script(
         "modprobe",
         "echo \"args: $* LC_ALL=$LC_ALL\"\n\
@@ -217,7 +189,7 @@ fn modprobe_output_is_kept_in_full_and_explained() {
 #[test]
 fn a_busy_program_file_is_run_once_it_is_free() {
     use std::io::Write as _;
-    let d = Dir::new("mp3");
+    let d = Dir::new("kmod-load-mp3");
     let path = d.0.join("busy");
     let mut file = fs::File::create(&path).unwrap();
     file.write_all(b"#!/bin/sh\nexit 0\n").unwrap();
@@ -233,7 +205,7 @@ fn a_busy_program_file_is_run_once_it_is_free() {
 
 #[test]
 fn modprobe_permission_and_success() {
-    let d = Dir::new("mp2");
+    let d = Dir::new("kmod-load-mp2");
     let denied = d.script(
         "denied",
         "echo \"modprobe: ERROR: could not insert 'ip_vs': Operation not permitted\" >&2; exit 1",
@@ -250,7 +222,7 @@ fn modprobe_permission_and_success() {
 
 #[test]
 fn modprobe_that_cannot_be_executed() {
-    let d = Dir::new("noexec");
+    let d = Dir::new("kmod-load-noexec");
     let p = d.0.join("modprobe");
     fs::write(&p, "not a program").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();

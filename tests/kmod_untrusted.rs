@@ -9,14 +9,14 @@
 //! No test here loads anything into the kernel: the fake module files are
 //! text, and the tests check that the loader refuses before it opens them.
 
+mod support;
+
 use std::ffi::OsString;
 use std::fs;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ipvsctl::kmod::{
     self, Cause, CheckConfig, Escape, KmodError, LoadFailure, LoadStep, Loader,
@@ -29,42 +29,7 @@ const CHILD: &str = "IPVSCTL_KMOD_TEST_CHILD";
 /// The fake program the child is to run, given by the parent.
 const FAKE: &str = "IPVSCTL_KMOD_TEST_FAKE";
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ipvsctl-kmod-untrusted-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn write(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.0.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(&p, text).unwrap();
-        p
-    }
-
-    /// An executable shell script.
-    fn script(&self, rel: &str, body: &str) -> PathBuf {
-        let p = self.write(rel, &format!("#!/bin/sh\n{body}\n"));
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+use support::ScratchDir as Dir;
 
 fn name(n: &str) -> ModuleName {
     ModuleName::new(n).unwrap()
@@ -133,7 +98,7 @@ fn a_modprobe_first_on_path_is_not_run() {
         }
         return;
     }
-    let d = Dir::new("path");
+    let d = Dir::new("kmod-untrusted-path");
     let marker = d.0.join("marker");
     d.script(
         "bin/modprobe",
@@ -226,7 +191,7 @@ fn modprobe_sees_only_a_fixed_environment() {
         }
         return;
     }
-    let d = Dir::new("env");
+    let d = Dir::new("kmod-untrusted-env");
     let fake = d.script("modprobe", "env");
     let mut env: Vec<(&str, OsString)> = HOSTILE_ENV
         .iter()
@@ -282,7 +247,7 @@ struct HostileTree {
 
 impl HostileTree {
     fn new() -> Self {
-        let dir = Dir::new("dep");
+        let dir = Dir::new("kmod-untrusted-dep");
         let outside = dir.write("outside/evil.ko", "not a module\n");
         dir.write("lib/evil.ko", "not a module\n");
         let modules = format!("lib/modules/{REL}");

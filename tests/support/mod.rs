@@ -1,4 +1,4 @@
-//! Support shared by the kernel test binaries (`tests/kernel_*.rs`).
+//! Support shared by the test binaries: mostly the kernel tests (`tests/kernel_*.rs`), and a scratch directory for host tests.
 //!
 //! Kernel tests need root and a kernel with IPVS. On a host without IPVS the
 //! cargo runner (`scripts/cargo-runner`) runs these binaries inside a
@@ -433,4 +433,44 @@ pub fn link(router: &TestNetns, other: &TestNetns, dev: &str, r_addr: &str, o_ad
     other.run("ip", &["route", "add", "default", "via", r_addr]);
     router.run("ip", &["addr", "add", &format!("{r_addr}/24"), "dev", dev]);
     router.run("ip", &["link", "set", dev, "up"]);
+}
+
+/// A fresh directory under the system temp dir (`ipvsctl-test-TAG-PID-N`),
+/// removed on drop; for host tests that build fake trees and programs.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ipvsctl-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+
+    /// Writes `text` to `rel` (parent directories made) and returns its path.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// An executable shell script at `rel` running `body`.
+    pub fn script(&self, rel: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = self.write(rel, &format!("#!/bin/sh\n{body}\n"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
