@@ -97,6 +97,11 @@
 //! * `serde`: `Serialize` and `Deserialize` for the model types (desired
 //!   states read from files; the `mini-proxy` example uses it).
 //! * `arbitrary`: `arbitrary::Arbitrary` for the model types, for fuzzing.
+//! * `tokio`: [`asynchronous`], an async front: [`AsyncHandle`](asynchronous::AsyncHandle)
+//!   and [`AsyncSyncer`](asynchronous::AsyncSyncer), each running its
+//!   operations in order on a worker thread of its own, so async code never
+//!   blocks on the kernel. Without it, call the blocking [`Handle`] from
+//!   `spawn_blocking`.
 //!
 //! # More
 //!
@@ -108,6 +113,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "tokio")]
+pub mod asynchronous;
 pub mod codec;
 pub mod conns;
 mod handle;
