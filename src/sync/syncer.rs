@@ -10,7 +10,7 @@ use super::read;
 use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
-use crate::{BatchMode, BatchReport, Error, Handle, Op, Result};
+use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -607,7 +607,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
                     report.failed.push(SyncFailure {
                         op: None,
                         error: Error::Io {
-                            op: "open the sync's netlink socket".into(),
+                            op: Operation::OpenSyncSocket,
                             source: e,
                         },
                     });
@@ -651,7 +651,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             batch.failed.push((
                 usize::MAX,
                 Error::Io {
-                    op: "sync write".into(),
+                    op: Operation::SyncWrite,
                     source: e,
                 },
             ));
