@@ -35,6 +35,28 @@ pub(crate) enum Target {
 }
 
 /// Errors of [`crate::Handle`] operations.
+///
+/// Most variants carry the failed [`Operation`] (`op`) as a value, with the
+/// service and real server it acted on, so a caller matches on what failed
+/// instead of parsing the message; `Display` writes the operation first
+/// (`delete real server 10.244.1.7:8080 of TCP 10.96.0.10:80: real server
+/// ... does not exist`). [`Error::operation`] returns it from any variant.
+///
+/// ```no_run
+/// use ipvsctl::{Error, Handle, Operation};
+/// use ipvsctl::model::ServiceKey;
+///
+/// let ipvs = Handle::new()?;
+/// let key = ServiceKey::tcp("10.96.0.10:80".parse().unwrap());
+/// match ipvs.delete_service(&key) {
+///     Ok(()) => {}
+///     // Already gone: deleting is idempotent for this caller.
+///     Err(Error::ServiceNotFound { op: Operation::DeleteService(k), .. }) if k == key => {}
+///     Err(e) if e.errno().is_some() => eprintln!("the kernel refused: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), ipvsctl::Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
