@@ -279,3 +279,30 @@ fn other_errors_carry_their_operation() {
     let e = Error::from(ValidationError::ZeroFwMark);
     assert_eq!(e.operation(), None);
 }
+
+/// A socket failure is not an operation's failure, but a report that has
+/// one is not ok.
+#[test]
+fn aborted_reports_are_not_ok() {
+    let mut batch = crate::BatchReport::default();
+    assert!(batch.is_ok());
+    batch.aborted = Some(Error::io(
+        Operation::Exchange,
+        io::Error::from_raw_os_error(105),
+    ));
+    assert!(!batch.is_ok() && batch.failed.is_empty());
+    assert_eq!(batch.aborted.as_ref().and_then(Error::errno), Some(105));
+
+    let mut sync = crate::sync::SyncReport::default();
+    assert!(sync.is_ok());
+    sync.aborted = Some(Error::io(
+        Operation::SyncWrite,
+        io::Error::from_raw_os_error(105),
+    ));
+    assert!(!sync.is_ok() && sync.root_failures().next().is_none());
+    assert!(
+        sync.aborted
+            .as_ref()
+            .is_some_and(|e| e.to_string().starts_with("sync write: "))
+    );
+}
