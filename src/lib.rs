@@ -76,7 +76,7 @@
 //! }
 //! let mut syncer = Syncer::new(&ipvs);
 //! let report = syncer.sync(&desired, Verify::Services)?;
-//! assert!(report.is_ok(), "{:?}", report.failed);
+//! assert!(report.is_ok(), "{report:?}");
 //! println!("{} services added in {} writes", report.services.added, report.writes_sent);
 //! // 192.0.2.10:80 was never given to the syncer, so the sync left it alone.
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -126,7 +126,7 @@ pub mod sync;
 pub mod sysctl;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
-pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
+pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
 pub use netlink::netns::NetNs;
 
 #[cfg(doctest)]

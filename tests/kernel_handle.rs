@@ -14,7 +14,7 @@ use ipvsctl::model::{
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
     VirtualServer,
 };
-use ipvsctl::{Error, Handle, Op};
+use ipvsctl::{Error, Handle, Op, Operation};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -391,50 +391,91 @@ fn errno_table_maps_to_typed_errors() {
     let rs = RealServer::new(sa("10.244.4.1:80"));
     h.add_destination(&key, &rs).unwrap();
     let e = h.add_destination(&key, &rs).unwrap_err();
-    assert!(matches!(e, Error::DestinationExists { .. }), "{e}");
+    assert!(
+        matches!(e, Error::DestinationExists { op: Operation::AddDestination { service, server }, .. }
+            if service == key && server == rs.addr),
+        "{e}"
+    );
     assert_eq!(e.errno(), Some(17));
-    // ESRCH: every operation on a missing service.
-    assert!(matches!(
-        h.update_service(&VirtualServer::new(missing)),
-        Err(Error::ServiceNotFound { .. })
-    ));
-    assert!(matches!(
-        h.delete_service(&missing),
-        Err(Error::ServiceNotFound { .. })
-    ));
-    assert!(matches!(
-        h.get_service(&missing),
-        Err(Error::ServiceNotFound { .. })
-    ));
-    assert!(matches!(
-        h.add_destination(&missing, &rs),
-        Err(Error::ServiceNotFound { .. })
-    ));
-    assert!(matches!(
-        h.zero(Some(&missing)),
-        Err(Error::ServiceNotFound { .. })
-    ));
+    assert_eq!(
+        e.to_string(),
+        "add real server 10.244.4.1:80 of TCP 10.96.4.1:80: \
+         real server 10.244.4.1:80 of TCP 10.96.4.1:80 already exists"
+    );
+    // ESRCH: every operation on a missing service, each naming itself.
+    let not_found = |r: Result<(), Error>| match r {
+        Err(Error::ServiceNotFound { op, key }) if key == missing => op,
+        other => panic!("not ServiceNotFound of {missing}: {other:?}"),
+    };
+    assert_eq!(
+        not_found(h.update_service(&VirtualServer::new(missing))),
+        Operation::UpdateService(missing)
+    );
+    assert_eq!(
+        not_found(h.delete_service(&missing)),
+        Operation::DeleteService(missing)
+    );
+    let e = h.get_service(&missing).unwrap_err();
+    assert!(
+        matches!(e, Error::ServiceNotFound { op: Operation::GetService(k), .. } if k == missing),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "get virtual server TCP 10.96.4.2:80: virtual server TCP 10.96.4.2:80 does not exist"
+    );
+    assert_eq!(
+        not_found(h.add_destination(&missing, &rs)),
+        Operation::AddDestination {
+            service: missing,
+            server: rs.addr
+        }
+    );
+    assert_eq!(
+        not_found(h.zero(Some(&missing))),
+        Operation::ZeroCounters(Some(missing))
+    );
     // ENOENT: missing destination, unknown scheduler.
     let other = RealServer::new(sa("10.244.4.2:80"));
     assert!(matches!(
         h.update_destination(&key, &other),
-        Err(Error::DestinationNotFound { .. })
+        Err(Error::DestinationNotFound {
+            op: Operation::UpdateDestination { .. },
+            ..
+        })
     ));
-    assert!(matches!(
-        h.delete_destination(&key, other.addr),
-        Err(Error::DestinationNotFound { .. })
-    ));
+    let e = h.delete_destination(&key, other.addr).unwrap_err();
+    assert!(
+        matches!(e, Error::DestinationNotFound { op: Operation::DeleteDestination { server, .. }, .. }
+            if server == other.addr),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "delete real server 10.244.4.2:80 of TCP 10.96.4.1:80: \
+         real server 10.244.4.2:80 of TCP 10.96.4.1:80 does not exist"
+    );
     let bad = VirtualServer::new(missing).with_scheduler(Scheduler::Other("nosuch".into()));
     let e = h.add_service(&bad).unwrap_err();
     assert!(
-        matches!(&e, Error::UnknownScheduler { scheduler, .. } if scheduler == "nosuch"),
+        matches!(&e, Error::UnknownScheduler { op: Operation::AddService(k), scheduler, .. }
+            if scheduler == "nosuch" && *k == missing),
         "{e}"
     );
     // ERANGE and EINVAL need values validation refuses: send them raw.
     let mut raw = request::new_dest(&key, &other).unwrap();
     set_dest_attr(&mut raw, DestAttr::Weight(u32::MAX));
     let e = h.request(raw, false).unwrap_err();
-    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                op: Operation::Request(IpvsCmd::NewDest),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let mut raw = request::new_dest(&key, &other).unwrap();
     set_dest_attr(&mut raw, DestAttr::LThresh(10));
     let e = h.request(raw, false).unwrap_err();
@@ -764,14 +805,24 @@ fn batch_reports_every_operation() {
     let n = ops.len();
     let report = h.apply(ops);
     assert_eq!(report.succeeded + report.failed.len(), n);
+    assert!(report.aborted.is_none(), "{:?}", report.aborted);
     let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
     assert_eq!(failed, vec![201, 202, 203]);
     assert!(matches!(
         report.failed[0].1,
-        Error::DestinationExists { .. }
+        Error::DestinationExists {
+            op: Operation::AddDestination { .. },
+            ..
+        }
     ));
     assert!(matches!(report.failed[1].1, Error::Invalid(_)));
-    assert!(matches!(report.failed[2].1, Error::UnknownScheduler { .. }));
+    assert!(matches!(
+        report.failed[2].1,
+        Error::UnknownScheduler {
+            op: Operation::AddService(_),
+            ..
+        }
+    ));
     assert_eq!(report.sent, n - 1);
     assert_eq!(h.list_destinations(&key).unwrap().len(), 200);
     assert_eq!(h.list_services().unwrap().len(), 2);
@@ -789,7 +840,10 @@ fn batch_reports_every_operation() {
     assert_eq!(failed, vec![1, 3]);
     assert!(matches!(
         report.failed[0].1,
-        Error::DestinationNotFound { .. }
+        Error::DestinationNotFound {
+            op: Operation::DeleteDestination { .. },
+            ..
+        }
     ));
     assert!(matches!(
         report.failed[1].1,

@@ -410,11 +410,12 @@ fn replace_table(
         .map_err(|e| read_failure(KOp::GetServices, &e))?;
     let mut messages = Vec::new();
     for f in report.root_failures() {
-        let (what, kop) = match &f.op {
-            Some(op) => (restore::op_line(op), replay::kop(op)),
-            None => ("the rest of the batch".to_owned(), KOp::Other),
-        };
-        messages.push(format!("{}: {what}", kernel_failure(kop, &f.error).message));
+        let failure = kernel_failure(replay::kop(&f.op), &f.error);
+        messages.push(format!("{}: {}", failure.message, restore::op_line(&f.op)));
+    }
+    if let Some(e) = &report.aborted {
+        let failure = kernel_failure(KOp::Other, e);
+        messages.push(format!("{}: the rest of the batch", failure.message));
     }
     if let Some(t) = desired.timeouts
         && let Err(e) = ipvs.set_timeouts(&t)

@@ -97,19 +97,19 @@ fn send(ipvs: &Handle, pending: &mut Vec<(usize, Op)>, outcome: &mut Outcome) {
         |_, _| {},
     );
     for (index, error) in report.failed {
-        match (steps.get(index), kops.get(index)) {
-            (Some(&step), Some(&k)) => outcome.failures.push((step, kernel_failure(k, &error))),
-            _ => {
-                // The socket failed: what was not answered is unknown, and
-                // the lines after it are not run.
-                let last = steps.last().copied().unwrap_or_default();
-                outcome
-                    .failures
-                    .push((last, kernel_failure(KOp::Other, &error)));
-                outcome.last = Some(last);
-                outcome.stopped = true;
-            }
+        if let (Some(&step), Some(&k)) = (steps.get(index), kops.get(index)) {
+            outcome.failures.push((step, kernel_failure(k, &error)));
         }
+    }
+    if let Some(error) = report.aborted {
+        // The socket failed: what was not answered is unknown, and the lines
+        // after it are not run.
+        let last = steps.last().copied().unwrap_or_default();
+        outcome
+            .failures
+            .push((last, kernel_failure(KOp::Other, &error)));
+        outcome.last = Some(last);
+        outcome.stopped = true;
     }
 }
 

@@ -164,17 +164,17 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
         r.draining,
         r.writes_sent,
         r.reads_sent,
-        r.failed.len(),
+        r.failed.len() + usize::from(r.aborted.is_some()),
         took.as_secs_f64() * 1e3
     );
     for c in &r.conflicts {
         println!("  conflict: {:?} exists and is not ours: left alone", c.key);
     }
     for f in r.root_failures() {
-        match &f.op {
-            Some(op) => println!("  failed: {op:?}: {}", f.error),
-            None => println!("  failed: {}", f.error),
-        }
+        println!("  failed: {:?}: {}", f.op, f.error);
+    }
+    if let Some(e) = &r.aborted {
+        println!("  failed: {e}");
     }
 }
 

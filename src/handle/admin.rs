@@ -1,20 +1,20 @@
 //! Namespace-wide operations: flush, zero, timeouts, info, sync daemons.
 
-use super::{Error, Handle, Request, Result, Target};
+use super::{Error, Handle, Operation, Request, Result, Target};
 use crate::codec::{reply, request};
 use crate::model::{DaemonRole, Info, ServiceKey, SyncDaemon, Timeouts};
 use crate::netlink::Kind;
 
-fn decode<T>(op: &str, r: std::result::Result<T, crate::codec::DecodeError>) -> Result<T> {
-    r.map_err(|source| Error::Decode {
-        op: op.to_owned(),
-        source,
-    })
+fn decode<T>(op: Operation, r: std::result::Result<T, crate::codec::DecodeError>) -> Result<T> {
+    r.map_err(|source| Error::Decode { op, source })
 }
 
-fn single(op: &str, data: Vec<crate::codec::IpvsMessage>) -> Result<crate::codec::IpvsMessage> {
+fn single(
+    op: Operation,
+    data: Vec<crate::codec::IpvsMessage>,
+) -> Result<crate::codec::IpvsMessage> {
     data.into_iter().next().ok_or_else(|| Error::Decode {
-        op: op.to_owned(),
+        op,
         source: crate::codec::DecodeError::from("the kernel sent no reply message"),
     })
 }
@@ -47,8 +47,8 @@ impl Handle {
     pub fn timeouts(&self) -> Result<Timeouts> {
         let data = self.call(request::get_config(), Kind::Ack, Target::Global)?;
         decode(
-            "get timeouts",
-            reply::timeouts(&single("get timeouts", data)?),
+            Operation::GetTimeouts,
+            reply::timeouts(&single(Operation::GetTimeouts, data)?),
         )
     }
 
@@ -61,7 +61,10 @@ impl Handle {
     /// Reads the IPVS version and connection-table size.
     pub fn info(&self) -> Result<Info> {
         let data = self.call(request::get_info(), Kind::Ack, Target::Global)?;
-        decode("get info", reply::info(&single("get info", data)?))
+        decode(
+            Operation::GetInfo,
+            reply::info(&single(Operation::GetInfo, data)?),
+        )
     }
 
     /// Starts a connection sync daemon.
@@ -123,7 +126,7 @@ impl Handle {
     pub fn list_daemons(&self) -> Result<Vec<SyncDaemon>> {
         let data = self.call(request::dump_daemons(), Kind::Dump, Target::Daemon(None))?;
         data.into_iter()
-            .map(|m| decode("list sync daemons", reply::daemon(m)))
+            .map(|m| decode(Operation::ListDaemons, reply::daemon(m)))
             .collect()
     }
 }

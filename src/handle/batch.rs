@@ -68,7 +68,8 @@ pub enum BatchMode {
 }
 
 /// What a batch did: every operation is accounted for, either counted in
-/// `succeeded` or listed in `failed`.
+/// `succeeded` or listed in `failed`, unless the socket failed and the batch
+/// was `aborted`.
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct BatchReport {
@@ -80,12 +81,20 @@ pub struct BatchReport {
     /// Failed operations by index in the batch, with their typed errors,
     /// sorted by index.
     pub failed: Vec<(usize, Error)>,
+    /// The socket failure that cut the batch short (its operation is
+    /// [`Operation::Exchange`](crate::Operation::Exchange)), if one did:
+    /// requests sent but not answered before it have unknown outcomes (read
+    /// back to find out), and the operations after them were not sent. The
+    /// operations answered before it are counted in `succeeded` and `failed`
+    /// as usual; those refused by validation are still in `failed`.
+    pub aborted: Option<Error>,
 }
 
 impl BatchReport {
-    /// Whether every operation succeeded.
+    /// Whether every operation succeeded: nothing failed and the batch was
+    /// not aborted.
     pub fn is_ok(&self) -> bool {
-        self.failed.is_empty()
+        self.failed.is_empty() && self.aborted.is_none()
     }
 }
 
@@ -103,7 +112,7 @@ impl Handle {
     ///     Op::AddService(VirtualServer::new(key)),
     ///     Op::AddDestination(key, RealServer::new("10.244.0.2:6443".parse().unwrap())),
     /// ]);
-    /// assert!(report.is_ok(), "{:?}", report.failed);
+    /// assert!(report.is_ok(), "{:?} {:?}", report.failed, report.aborted);
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn apply<I>(&self, ops: I) -> BatchReport
@@ -172,9 +181,8 @@ impl Handle {
             }
             if let Err(e) = outcome {
                 // The socket itself failed: requests without an answer cannot
-                // be named one by one any more, so the failure is reported as
-                // covering the rest of the batch (index usize::MAX).
-                report.failed.push((usize::MAX, e));
+                // be named one by one any more.
+                report.aborted = Some(e);
                 break;
             }
         }

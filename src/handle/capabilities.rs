@@ -382,7 +382,10 @@ impl Handle {
 
 /// The crate's own scheduler and engine names are always valid module names.
 fn module_name_error(e: kmod::KmodError) -> Error {
-    Error::io("check kernel modules", std::io::Error::other(e.to_string()))
+    Error::io(
+        super::Operation::CheckModules,
+        std::io::Error::other(e.to_string()),
+    )
 }
 
 impl Capabilities {

@@ -8,6 +8,13 @@ use crate::codec::DecodeError;
 use crate::codec::frame::NlError;
 use crate::model::{DaemonRole, ServiceKey, ValidationError};
 
+mod operation;
+#[cfg(test)]
+mod tests;
+
+pub use operation::Operation;
+pub(crate) use operation::describe;
+
 /// What an operation acted on: used to turn an errno into a typed error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -28,6 +35,28 @@ pub(crate) enum Target {
 }
 
 /// Errors of [`crate::Handle`] operations.
+///
+/// Most variants carry the failed [`Operation`] (`op`) as a value, with the
+/// service and real server it acted on, so a caller matches on what failed
+/// instead of parsing the message; `Display` writes the operation first
+/// (`delete real server 10.244.1.7:8080 of TCP 10.96.0.10:80: real server
+/// ... does not exist`). [`Error::operation`] returns it from any variant.
+///
+/// ```no_run
+/// use ipvsctl::{Error, Handle, Operation};
+/// use ipvsctl::model::ServiceKey;
+///
+/// let ipvs = Handle::new()?;
+/// let key = ServiceKey::tcp("10.96.0.10:80".parse().unwrap());
+/// match ipvs.delete_service(&key) {
+///     Ok(()) => {}
+///     // Already gone: deleting is idempotent for this caller.
+///     Err(Error::ServiceNotFound { op: Operation::DeleteService(k), .. }) if k == key => {}
+///     Err(e) if e.errno().is_some() => eprintln!("the kernel refused: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), ipvsctl::Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -35,7 +64,7 @@ pub enum Error {
     #[error("{op}: virtual server {key} already exists")]
     ServiceExists {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The service.
         key: ServiceKey,
     },
@@ -43,7 +72,7 @@ pub enum Error {
     #[error("{op}: virtual server {key} does not exist")]
     ServiceNotFound {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The service.
         key: ServiceKey,
     },
@@ -51,7 +80,7 @@ pub enum Error {
     #[error("{op}: real server {server} of {service} already exists")]
     DestinationExists {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The virtual server.
         service: ServiceKey,
         /// The real server.
@@ -61,7 +90,7 @@ pub enum Error {
     #[error("{op}: real server {server} of {service} does not exist")]
     DestinationNotFound {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The virtual server.
         service: ServiceKey,
         /// The real server.
@@ -75,7 +104,7 @@ pub enum Error {
     )]
     UnknownScheduler {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The scheduler asked for.
         scheduler: String,
         /// The persistence engine asked for, if any (the kernel answers the
@@ -86,7 +115,7 @@ pub enum Error {
     #[error("{op}: value out of range (weight or thresholds){}", detail(.message))]
     OutOfRange {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The kernel's extended-ACK message, if any.
         message: Option<String>,
     },
@@ -94,7 +123,7 @@ pub enum Error {
     #[error("{op}: invalid argument{}", detail(.message))]
     InvalidArgument {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The kernel's extended-ACK message, if any.
         message: Option<String>,
     },
@@ -103,25 +132,25 @@ pub enum Error {
     #[error("{op}: permission denied (IPVS needs CAP_NET_ADMIN in the initial user namespace)")]
     PermissionDenied {
         /// The operation.
-        op: String,
+        op: Operation,
     },
     /// `EEXIST` starting a sync daemon.
     #[error("{op}: the sync daemon is already running")]
     DaemonRunning {
         /// The operation.
-        op: String,
+        op: Operation,
     },
     /// `ESRCH` stopping a sync daemon.
     #[error("{op}: the sync daemon is not running")]
     DaemonNotRunning {
         /// The operation.
-        op: String,
+        op: Operation,
     },
     /// `ENODEV`: the sync daemon's interface does not exist.
     #[error("{op}: no such network interface{}", detail(.message))]
     NoSuchDevice {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The kernel's extended-ACK message, if any.
         message: Option<String>,
     },
@@ -129,7 +158,7 @@ pub enum Error {
     #[error("{op}: not supported by this kernel (errno {errno}){}", detail(.message))]
     NotSupported {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The errno.
         errno: i32,
         /// The kernel's extended-ACK message, if any.
@@ -139,7 +168,7 @@ pub enum Error {
     #[error("{op}: {}{}", io::Error::from_raw_os_error(*.errno), detail(.message))]
     Kernel {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The errno.
         errno: i32,
         /// The kernel's extended-ACK message, if any.
@@ -158,7 +187,7 @@ pub enum Error {
     #[error("{op}: this kernel ignored {what}")]
     Unsupported {
         /// The operation.
-        op: String,
+        op: Operation,
         /// What was ignored.
         what: String,
     },
@@ -183,7 +212,7 @@ pub enum Error {
     #[error("{op}: the kernel's answer was lost (receive buffer overrun); outcome unknown")]
     Lost {
         /// The operation.
-        op: String,
+        op: Operation,
     },
     /// The kernel handled a later request of the same datagram but never
     /// answered this one (netlink sends no answer when a handler returns
@@ -193,7 +222,7 @@ pub enum Error {
     )]
     Unanswered {
         /// The operation.
-        op: String,
+        op: Operation,
     },
     /// A real-server list was dumped in several passes (the kernel resumes
     /// each pass by position) and the table changed between them: the reads
@@ -202,7 +231,7 @@ pub enum Error {
     #[error("{op}: the list changed while it was read in several passes ({reads} reads disagreed)")]
     Inconsistent {
         /// The operation.
-        op: String,
+        op: Operation,
         /// How many times the list was read.
         reads: usize,
     },
@@ -210,7 +239,7 @@ pub enum Error {
     #[error("{op}: {source}")]
     Io {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The I/O error.
         source: io::Error,
     },
@@ -218,7 +247,7 @@ pub enum Error {
     #[error("{op}: undecodable reply: {source}")]
     Decode {
         /// The operation.
-        op: String,
+        op: Operation,
         /// The decode error.
         source: DecodeError,
     },
@@ -279,15 +308,40 @@ impl Error {
         )
     }
 
-    pub(crate) fn io(op: impl Into<String>, source: io::Error) -> Self {
-        Error::Io {
-            op: op.into(),
-            source,
+    /// The operation that failed, where the error names one (every variant
+    /// with an `op` field; not [`Error::Invalid`], [`Error::Unavailable`] or
+    /// [`Error::KernelLacks`], which come before any request).
+    pub fn operation(&self) -> Option<&Operation> {
+        match self {
+            Error::ServiceExists { op, .. }
+            | Error::ServiceNotFound { op, .. }
+            | Error::DestinationExists { op, .. }
+            | Error::DestinationNotFound { op, .. }
+            | Error::UnknownScheduler { op, .. }
+            | Error::OutOfRange { op, .. }
+            | Error::InvalidArgument { op, .. }
+            | Error::PermissionDenied { op }
+            | Error::DaemonRunning { op }
+            | Error::DaemonNotRunning { op }
+            | Error::NoSuchDevice { op, .. }
+            | Error::NotSupported { op, .. }
+            | Error::Kernel { op, .. }
+            | Error::Unsupported { op, .. }
+            | Error::Lost { op }
+            | Error::Unanswered { op }
+            | Error::Inconsistent { op, .. }
+            | Error::Io { op, .. }
+            | Error::Decode { op, .. } => Some(op),
+            Error::Unavailable { .. } | Error::KernelLacks { .. } | Error::Invalid(_) => None,
         }
     }
 
+    pub(crate) fn io(op: Operation, source: io::Error) -> Self {
+        Error::Io { op, source }
+    }
+
     /// Maps a kernel error answer for an operation on `target`.
-    pub(crate) fn from_kernel(op: String, target: &Target, e: NlError) -> Self {
+    pub(crate) fn from_kernel(op: Operation, target: &Target, e: NlError) -> Self {
         use libc_errno::*;
         let errno = e.errno();
         let message = e.message;

@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 
 pub use batch::{BatchMode, BatchReport, Op};
 pub use capabilities::{Availability, Capabilities, KernelVersion, Support};
-pub(crate) use error::Target;
-pub use error::{Error, Result};
+pub use error::{Error, Operation, Result};
+pub(crate) use error::{Target, describe};
 
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
@@ -177,13 +177,13 @@ impl Handle {
         let netns = NetNs::Pinned(
             netns
                 .pin()
-                .map_err(|e| Error::io("open network namespace", e))?,
+                .map_err(|e| Error::io(Operation::OpenNamespace, e))?,
         );
         let mut sock = GenlSocket::open_with(&netns, DumpSize::Page)
-            .map_err(|e| Error::io("open netlink socket", e))?;
+            .map_err(|e| Error::io(Operation::OpenSocket, e))?;
         let family = sock
             .resolve_family(consts::FAMILY_NAME, 1)
-            .map_err(|e| Error::io("resolve the IPVS generic-netlink family", e))?;
+            .map_err(|e| Error::io(Operation::ResolveFamily, e))?;
         let Some(family) = family else {
             return Err(Error::Unavailable {
                 reason: format!(
@@ -300,7 +300,7 @@ impl Handle {
                 |ctx, body| decode(ctx.index, body),
                 |_, ctx, reply| on_reply(ctx.index, reply_result(&ctx, reply)),
             )
-            .map_err(|e| Error::io("netlink exchange", e))
+            .map_err(|e| Error::io(Operation::Exchange, e))
     }
 
     /// Runs one request and returns its data replies, or its typed error.
@@ -345,6 +345,7 @@ impl Handle {
         mut decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
     ) -> Result<Answer<D>> {
         let mut out = None;
+        let op = describe(msg.cmd, &target);
         let request = [Request {
             index: 0,
             msg,
@@ -361,48 +362,14 @@ impl Handle {
                     Some(inner) => inner,
                     slot => {
                         let sock = GenlSocket::open_with(&self.netns, DumpSize::Large)
-                            .map_err(|e| Error::io("open netlink socket", e))?;
+                            .map_err(|e| Error::io(Operation::OpenSocket, e))?;
                         slot.insert(Inner { sock, seq: 1 })
                     }
                 };
                 self.exchange(inner, request, decode, on_reply)?
             }
         }
-        out.unwrap_or_else(|| {
-            Err(Error::Lost {
-                op: "request".into(),
-            })
-        })
-    }
-}
-
-/// Describes an operation for error messages.
-pub(crate) fn describe(cmd: IpvsCmd, target: &Target) -> String {
-    let what = match cmd {
-        IpvsCmd::NewService => "add virtual server",
-        IpvsCmd::SetService => "edit virtual server",
-        IpvsCmd::DelService => "delete virtual server",
-        IpvsCmd::GetService if matches!(target, Target::Global) => "list virtual servers",
-        IpvsCmd::GetService => "get virtual server",
-        IpvsCmd::NewDest => "add real server",
-        IpvsCmd::SetDest => "edit real server",
-        IpvsCmd::DelDest => "delete real server",
-        IpvsCmd::GetDest => "list real servers",
-        IpvsCmd::NewDaemon => "start sync daemon",
-        IpvsCmd::DelDaemon => "stop sync daemon",
-        IpvsCmd::GetDaemon => "list sync daemons",
-        IpvsCmd::SetConfig => "set timeouts",
-        IpvsCmd::GetConfig => "get timeouts",
-        IpvsCmd::GetInfo | IpvsCmd::SetInfo => "get info",
-        IpvsCmd::Zero => "zero counters",
-        IpvsCmd::Flush => "flush",
-        IpvsCmd::Other(_) => "request",
-    };
-    match target {
-        Target::NewService { key, .. } | Target::Service(key) => format!("{what} {key}"),
-        Target::Dest { key, addr } => format!("{what} {addr} of {key}"),
-        Target::Daemon(Some(role)) => format!("{what} ({role:?})"),
-        Target::Daemon(None) | Target::Global => what.to_owned(),
+        out.unwrap_or(Err(Error::Lost { op }))
     }
 }
 

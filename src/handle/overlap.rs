@@ -213,7 +213,7 @@ fn decode_reply<D>(
     })
 }
 
-fn op(keys: &[ServiceKey], index: usize) -> String {
+fn op(keys: &[ServiceKey], index: usize) -> super::Operation {
     match keys.get(index) {
         Some(key) => describe(IpvsCmd::GetDest, &Target::Service(*key)),
         None => describe(IpvsCmd::GetDest, &Target::Global),

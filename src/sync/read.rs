@@ -2,9 +2,9 @@
 //! streamed through one exchange per socket (optionally several sockets in
 //! parallel), and pipelined single-service lookups.
 
-use crate::codec::{DecodeError, IpvsMessage};
+use crate::codec::{DecodeError, IpvsCmd, IpvsMessage};
 use crate::codec::{reply, request};
-use crate::handle::{Answer, Request, Target};
+use crate::handle::{Answer, Request, Target, describe};
 use crate::model::{AddressFamily, ServiceKey, ValidationError, VirtualServer};
 use crate::netlink::Kind;
 use crate::{Error, Handle, Result};
@@ -34,7 +34,7 @@ pub(crate) fn destinations(
     if parts <= 1 || keys.len() < 64 {
         let Some(first) = handles.first() else {
             return Err(Error::Lost {
-                op: "list real servers (no socket)".into(),
+                op: describe(IpvsCmd::GetDest, &Target::Global),
             });
         };
         return destinations_one(first, keys);
@@ -68,15 +68,15 @@ fn destinations_one(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Vec<Obse
             *slot = Some(r);
         }
     })?;
-    in_key_order(out, keys, "list real servers of")
+    in_key_order(out, keys, IpvsCmd::GetDest)
 }
 
 /// The values of `slots`, one per key; a key without one is
-/// [`Error::Lost`] (`what` followed by the key), never skipped.
+/// [`Error::Lost`] (of command `cmd` on the key), never skipped.
 fn in_key_order<V>(
     slots: Vec<Option<Result<V>>>,
     keys: &[ServiceKey],
-    what: &str,
+    cmd: IpvsCmd,
 ) -> Result<Vec<V>> {
     slots
         .into_iter()
@@ -84,7 +84,7 @@ fn in_key_order<V>(
         .map(|(r, key)| {
             r.unwrap_or_else(|| {
                 Err(Error::Lost {
-                    op: format!("{what} {key}"),
+                    op: describe(cmd, &Target::Service(*key)),
                 })
             })
         })
@@ -124,7 +124,7 @@ pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<
     per_key(
         handle,
         keys,
-        (request::get_service, Kind::Ack, "get virtual server"),
+        (request::get_service, Kind::Ack, IpvsCmd::GetService),
         decode,
         |r| match r {
             Err(Error::ServiceNotFound { .. }) => Ok(None),
@@ -135,11 +135,11 @@ pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<
 }
 
 /// How to ask about one service: the request builder, how it is answered,
-/// and what a lost answer is called (followed by the key).
+/// and its command (which names a lost answer).
 type PerKeyRequest = (
     fn(&ServiceKey) -> std::result::Result<IpvsMessage, ValidationError>,
     Kind,
-    &'static str,
+    IpvsCmd,
 );
 
 /// One request per key, pipelined through one exchange; each message
@@ -149,7 +149,7 @@ type PerKeyRequest = (
 fn per_key<D, V>(
     handle: &Handle,
     keys: &[ServiceKey],
-    (build, kind, what): PerKeyRequest,
+    (build, kind, cmd): PerKeyRequest,
     decode: impl FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
     mut answer: impl FnMut(Result<Answer<D>>) -> Result<V>,
 ) -> Result<Vec<V>> {
@@ -178,5 +178,5 @@ fn per_key<D, V>(
     if let Some(e) = invalid {
         return Err(e);
     }
-    in_key_order(out, keys, what)
+    in_key_order(out, keys, cmd)
 }

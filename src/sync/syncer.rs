@@ -10,7 +10,7 @@ use super::read;
 use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
-use crate::{BatchMode, BatchReport, Error, Handle, Op, Result};
+use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,10 +103,8 @@ impl SyncOptions {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct SyncFailure {
-    /// The operation; `None` when the socket itself failed and the rest of
-    /// a batch could not be accounted for one by one (the syncer then
-    /// forgets what it remembered and reads everything on the next sync).
-    pub op: Option<Op>,
+    /// The operation.
+    pub op: Op,
     /// Why.
     pub error: Error,
 }
@@ -158,13 +156,21 @@ pub struct SyncReport {
     /// (see [`SyncConflict`]): not changed, their real servers untouched, and
     /// never deleted by this syncer. [`Syncer::adopt`] takes them over.
     pub conflicts: Vec<SyncConflict>,
+    /// The first socket failure, if a write socket could not be opened
+    /// ([`Operation::OpenSyncSocket`]) or failed during a batch
+    /// ([`Operation::SyncWrite`]): the operations not answered before it have
+    /// unknown outcomes and are in neither `failed` nor the counts, and the
+    /// sync stopped writing. The syncer then forgets what it remembered and
+    /// reads everything on the next sync.
+    pub aborted: Option<Error>,
 }
 
 impl SyncReport {
-    /// Whether the kernel now matches the desired state: nothing failed and
-    /// no desired service was left alone as a [`SyncConflict`].
+    /// Whether the kernel now matches the desired state: nothing failed, no
+    /// socket failure cut the sync short and no desired service was left
+    /// alone as a [`SyncConflict`].
     pub fn is_ok(&self) -> bool {
-        self.failed.is_empty() && self.conflicts.is_empty()
+        self.failed.is_empty() && self.aborted.is_none() && self.conflicts.is_empty()
     }
 
     /// The failures that are not consequences of another one (a real-server
@@ -174,7 +180,7 @@ impl SyncReport {
             .failed
             .iter()
             .filter_map(|f| match &f.op {
-                Some(Op::AddService(vs)) => Some(vs.key),
+                Op::AddService(vs) => Some(vs.key),
                 _ => None,
             })
             .collect();
@@ -182,7 +188,7 @@ impl SyncReport {
             !matches!(
                 (&f.op, &f.error),
                 (
-                    Some(Op::AddDestination(k, _) | Op::UpdateDestination(k, _)),
+                    Op::AddDestination(k, _) | Op::UpdateDestination(k, _),
                     Error::ServiceNotFound { .. }
                 ) if failed_services.contains(k)
             )
@@ -237,7 +243,7 @@ impl SyncReport {
 /// let mut desired = DesiredState::new();
 /// desired.insert(VirtualServer::new(key), [RealServer::new("10.244.0.2:6443".parse().unwrap())])?;
 /// let report = syncer.sync(&desired, Verify::Services)?;
-/// assert!(report.is_ok(), "{:?}", report.failed);
+/// assert!(report.is_ok(), "{report:?}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -373,8 +379,9 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// Makes the managed services equal to `desired`.
     ///
     /// `Err` only when reading the kernel fails (nothing was written then);
-    /// failed write operations are in [`SyncReport::failed`], and everything
-    /// else was applied. Running the sync again converges.
+    /// failed write operations are in [`SyncReport::failed`], a failed write
+    /// socket in [`SyncReport::aborted`], and everything else was applied.
+    /// Running the sync again converges.
     ///
     /// Desired services that exist but are not this syncer's are left alone
     /// and listed in [`SyncReport::conflicts`] (see [Ownership](Syncer#ownership)).
@@ -604,13 +611,9 @@ impl<H: Borrow<Handle>> Syncer<H> {
             None => match Writer::open(self.handle.borrow()) {
                 Ok(w) => self.writer.insert(w),
                 Err(e) => {
-                    report.failed.push(SyncFailure {
-                        op: None,
-                        error: Error::Io {
-                            op: "open the sync's netlink socket".into(),
-                            source: e,
-                        },
-                    });
+                    report
+                        .aborted
+                        .get_or_insert(Error::io(Operation::OpenSyncSocket, e));
                     applied.socket_failed = true;
                     return applied;
                 }
@@ -648,13 +651,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         if let Err(e) = outcome {
             // The socket failed: operations not answered have unknown outcomes.
             self.writer = None;
-            batch.failed.push((
-                usize::MAX,
-                Error::Io {
-                    op: "sync write".into(),
-                    source: e,
-                },
-            ));
+            batch.aborted = Some(Error::io(Operation::SyncWrite, e));
         }
         report.writes_sent += batch.sent;
         // Services whose creation or update failed for a reason a retry
@@ -663,13 +660,16 @@ impl<H: Borrow<Handle>> Syncer<H> {
             Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
             _ => None,
         }));
+        if let Some(error) = batch.aborted {
+            // The rest of the batch is unaccounted for.
+            self.known = false;
+            applied.socket_failed = true;
+            report.aborted.get_or_insert(error);
+        }
         let mut retry = HashSet::new();
         for (index, error) in batch.failed {
             let Some(op) = ops.get(index) else {
-                // The socket failed: the rest of the batch is unaccounted for.
-                self.known = false;
-                applied.socket_failed = true;
-                report.failed.push(SyncFailure { op: None, error });
+                // Every answer names one of `ops`.
                 continue;
             };
             let key = op_key(op);
@@ -687,7 +687,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
                     applied.withheld.push(key);
                     self.stale.insert(key);
                     report.failed.push(SyncFailure {
-                        op: Some(op.clone()),
+                        op: op.clone(),
                         error,
                     });
                     continue;
@@ -695,7 +695,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             }
             self.stale.insert(key);
             let failure = SyncFailure {
-                op: Some(op.clone()),
+                op: op.clone(),
                 error,
             };
             if may_retry && healable(&failure.error) && !broken.contains(&key) {
