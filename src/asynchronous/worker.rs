@@ -12,7 +12,7 @@ use std::thread;
 
 use tokio::sync::oneshot;
 
-use crate::{Error, Result};
+use crate::{Error, Operation, Result};
 
 /// A job for the worker: runs with its state unless the caller gave up.
 type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
@@ -44,7 +44,7 @@ impl<S: Send + 'static> Worker<S> {
                     job(&mut state);
                 }
             })
-            .map_err(|e| Error::io("start the async worker thread", e))?;
+            .map_err(|e| Error::io(Operation::StartWorker, e))?;
         Ok(Worker { jobs, name })
     }
 

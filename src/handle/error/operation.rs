@@ -96,6 +96,8 @@ pub enum Operation {
     OpenSyncSocket,
     /// Sending a [`crate::sync::Syncer`]'s write batch: its socket failed.
     SyncWrite,
+    /// Starting the worker thread of the async front (feature `tokio`).
+    StartWorker,
 }
 
 impl Operation {
@@ -156,6 +158,7 @@ impl fmt::Display for Operation {
             O::CheckModules => "check kernel modules",
             O::OpenSyncSocket => "open the sync's netlink socket",
             O::SyncWrite => "sync write",
+            O::StartWorker => "start the async worker thread",
         };
         match (server, service) {
             (Some(addr), Some(key)) => write!(f, "{what} {addr} of {key}"),
