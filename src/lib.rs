@@ -119,7 +119,7 @@ pub mod sync;
 pub mod sysctl;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
-pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
+pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Result};
 pub use netlink::netns::NetNs;
 
 #[cfg(doctest)]
