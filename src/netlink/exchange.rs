@@ -67,6 +67,7 @@ impl<'a> Exchange<'a> {
     {
         let family = self.family;
         let limits = Limits {
+            port: self.sock.port(),
             max_send: self.sock.max_send(),
             max_batch: self.sock.max_batch(),
         };

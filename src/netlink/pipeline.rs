@@ -111,6 +111,8 @@ pub struct Reply<D = IpvsMessage> {
 /// How requests are packed into datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// The netlink port of the socket: the kernel's answers carry it (or 0).
+    pub port: u32,
     /// The most bytes one datagram may carry.
     pub max_send: usize,
     /// The most requests one datagram may carry.
@@ -237,8 +239,8 @@ impl<T, D> Pipeline<T, D> {
     pub fn new(first_seq: u32, limits: Limits, timeout: Duration) -> Self {
         Pipeline {
             limits: Limits {
-                max_send: limits.max_send,
                 max_batch: limits.max_batch.max(1),
+                ..limits
             },
             timeout,
             next_seq: first_seq,
@@ -414,8 +416,8 @@ impl<T, D> Pipeline<T, D> {
                     break;
                 }
             };
-            if f.header.port != 0 {
-                continue; // a message another socket addressed to itself
+            if f.header.port != 0 && f.header.port != self.limits.port {
+                continue; // not an answer to this socket's requests
             }
             self.on_frame(f.header.seq, f.body, decode);
         }

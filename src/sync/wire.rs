@@ -174,6 +174,7 @@ impl Writer {
         let mut pipe: Pipeline<usize, ()> = Pipeline::new(
             self.seq.wrapping_add(1),
             Limits {
+                port: self.sock.port(),
                 max_send,
                 max_batch,
             },
