@@ -406,13 +406,13 @@ impl<T, D> Pipeline<T, D> {
                 Ok(f) => f,
                 Err(e) => {
                     // Nothing later in this datagram can be trusted: whatever
-                    // is still open fails with the reason; later datagrams of
-                    // it are drained.
+                    // is still open fails with the reason, and the datagram
+                    // in flight ends (anything more for it is stale to the
+                    // next one).
                     for p in self.pending.iter_mut().filter(|p| p.done.is_none()) {
                         p.done = Some(Err(Failure::Decode(e.clone())));
                     }
                     self.open = 0;
-                    self.draining = true;
                     break;
                 }
             };
