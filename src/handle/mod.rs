@@ -56,10 +56,10 @@ use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Repl
 /// # Threads
 ///
 /// `Handle` is `Send + Sync`: share one through an [`Arc`](std::sync::Arc)
-/// or a reference. Calls from several threads are serialised on the socket
+/// or a reference. Calls from several threads take turns on the socket
 /// (each waits at most the handle's timeout for it, see below); a request and
-/// all of its replies are one critical section, so
-/// replies are never mixed up between callers. For parallel throughput open
+/// all of its replies are one turn, so replies are never mixed up between
+/// callers. For parallel throughput open
 /// one handle per thread (each has its own sockets); for bulk work use
 /// [`Handle::apply`], which pipelines many requests per round trip, or a
 /// [`Syncer`](crate::sync::Syncer). A caller that panicked mid-request
@@ -396,6 +396,13 @@ impl Handle {
         let mut out = None;
         self.exchange(via, request, |_, body| decode(body), |_, r| out = Some(r))?;
         out.unwrap_or(Err(Error::Lost { op }))
+    }
+
+    /// Another handle in the same pinned namespace with the same options
+    /// (a syncer's parallel readers).
+    pub(crate) fn open_sibling(&self) -> Result<Handle> {
+        let options = HandleOptions::new().with_timeout(self.timeout);
+        Handle::open_with_options(&self.netns, &options)
     }
 
     /// Requests per datagram of the main socket.

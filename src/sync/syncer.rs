@@ -571,7 +571,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         }
         while self.readers.len() + 1 < want {
             let h = self.handle.borrow();
-            self.readers.push(Handle::open(h.netns())?);
+            self.readers.push(h.open_sibling()?);
         }
         let mut handles: Vec<&Handle> = vec![self.handle.borrow()];
         handles.extend(self.readers.iter().take(want - 1));
