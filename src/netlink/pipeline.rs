@@ -373,16 +373,6 @@ impl<T, D> Pipeline<T, D> {
         }
     }
 
-    /// The sender could not be sent to: every request of the datagram in
-    /// flight gets `failure` (made once per request).
-    pub fn on_send_failed(&mut self, mut failure: impl FnMut() -> Failure) {
-        for p in self.pending.iter_mut().filter(|p| p.done.is_none()) {
-            p.done = Some(Err(failure()));
-        }
-        self.open = 0;
-        self.finish();
-    }
-
     /// A whole datagram arrived at `now` from netlink port `sender` (0 is
     /// the kernel); each data message's body is decoded with `decode`.
     pub fn on_datagram(
