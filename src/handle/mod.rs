@@ -106,6 +106,7 @@ use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Repl
 /// * [`Error::Lost`] and [`Error::Unanswered`]: the request was sent but its
 ///   answer never came, so whether it took effect is unknown (read back to
 ///   find out);
+/// * [`Error::Timeout`]: a wait ran out of the handle's timeout (see below);
 /// * [`Error::Unsupported`]: the kernel accepted a request but ignored part
 ///   of it (found by reading back);
 /// * [`Error::Io`] and [`Error::Decode`]: the socket failed, or a reply
