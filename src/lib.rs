@@ -126,7 +126,7 @@ pub mod sync;
 pub mod sysctl;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
-pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
+pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
 pub use netlink::netns::NetNs;
 
 #[cfg(doctest)]

@@ -131,6 +131,11 @@ fn sync_plan_corpus() {
     replay_target("sync_plan");
 }
 
+#[test]
+fn pipeline_corpus() {
+    replay_target("pipeline");
+}
+
 /// Every target in `fuzz/fuzz_targets/` is in `checks::TARGETS` and has a
 /// replay test here, and the other way round: a target cannot be added
 /// without its corpus being replayed. Every directory of `tests/fuzz/corpus/`

@@ -1,7 +1,7 @@
 //! Namespace-wide operations: flush, zero, timeouts, info, sync daemons.
 
-use super::{Error, Handle, Operation, Request, Result, Target};
-use crate::codec::{reply, request};
+use super::{Error, Handle, Operation, Request, Result, Target, Via};
+use crate::codec::{frame, reply, request};
 use crate::model::{DaemonRole, Info, ServiceKey, SyncDaemon, Timeouts};
 use crate::netlink::Kind;
 
@@ -31,21 +31,43 @@ impl Handle {
     /// the repository). To replace a table, sync to the new one
     /// ([`crate::sync::Syncer`]) instead of flushing first.
     pub fn flush(&self) -> Result<()> {
-        self.call(request::flush(), Kind::Ack, Target::Global)
-            .map(drop)
+        self.call(
+            Via::Main,
+            request::flush(),
+            Kind::Ack,
+            Target::Global,
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Zeroes the counters of every service, or of one service and its real
     /// servers.
     pub fn zero(&self, service: Option<&ServiceKey>) -> Result<()> {
         let target = service.map_or(Target::Global, |k| Target::Service(*k));
-        self.call(request::zero(service)?, Kind::Ack, target)
-            .map(drop)
+        self.call(
+            Via::Main,
+            request::zero(service)?,
+            Kind::Ack,
+            target,
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Reads the connection timeouts.
     pub fn timeouts(&self) -> Result<Timeouts> {
-        let data = self.call(request::get_config(), Kind::Ack, Target::Global)?;
+        let data = self
+            .call(
+                Via::Main,
+                request::get_config(),
+                Kind::Ack,
+                Target::Global,
+                frame::decode_message,
+            )
+            .map(|a| a.data)?;
         decode(
             Operation::GetTimeouts,
             reply::timeouts(&single(Operation::GetTimeouts, data)?),
@@ -54,13 +76,28 @@ impl Handle {
 
     /// Sets connection timeouts; a 0 field keeps the current value.
     pub fn set_timeouts(&self, t: &Timeouts) -> Result<()> {
-        self.call(request::set_config(t)?, Kind::Ack, Target::Global)
-            .map(drop)
+        self.call(
+            Via::Main,
+            request::set_config(t)?,
+            Kind::Ack,
+            Target::Global,
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Reads the IPVS version and connection-table size.
     pub fn info(&self) -> Result<Info> {
-        let data = self.call(request::get_info(), Kind::Ack, Target::Global)?;
+        let data = self
+            .call(
+                Via::Main,
+                request::get_info(),
+                Kind::Ack,
+                Target::Global,
+                frame::decode_message,
+            )
+            .map(|a| a.data)?;
         decode(
             Operation::GetInfo,
             reply::info(&single(Operation::GetInfo, data)?),
@@ -70,8 +107,15 @@ impl Handle {
     /// Starts a connection sync daemon.
     pub fn start_daemon(&self, d: &SyncDaemon) -> Result<()> {
         let msg = request::new_daemon(d)?;
-        self.call(msg, Kind::Ack, Target::Daemon(Some(d.role)))
-            .map(drop)
+        self.call(
+            Via::Main,
+            msg,
+            Kind::Ack,
+            Target::Daemon(Some(d.role)),
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Stops the sync daemon of a role.
@@ -101,7 +145,8 @@ impl Handle {
             },
         ];
         let mut results: [Option<Result<()>>; 2] = [None, None];
-        self.run_decoded(
+        self.exchange(
+            Via::Main,
             requests,
             |_, _| Ok(()),
             |index, r| {
@@ -124,7 +169,15 @@ impl Handle {
 
     /// Lists running sync daemons (at most a master and a backup).
     pub fn list_daemons(&self) -> Result<Vec<SyncDaemon>> {
-        let data = self.call(request::dump_daemons(), Kind::Dump, Target::Daemon(None))?;
+        let data = self
+            .call(
+                Via::Main,
+                request::dump_daemons(),
+                Kind::Dump,
+                Target::Daemon(None),
+                frame::decode_message,
+            )
+            .map(|a| a.data)?;
         data.into_iter()
             .map(|m| decode(Operation::ListDaemons, reply::daemon(m)))
             .collect()

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 
 use super::dests::dest_target;
 use super::services::new_service_target;
-use super::{Error, Handle, Request, Result, Target};
-use crate::codec::{IpvsMessage, request};
+use super::{Error, Handle, Request, Result, Target, Via};
+use crate::codec::{IpvsCmd, IpvsMessage, request};
 use crate::model::{RealServer, ServiceKey, ValidationError, VirtualServer};
 use crate::netlink::Kind;
 
@@ -39,7 +39,31 @@ impl Op {
         }
     }
 
-    fn target(&self) -> Target {
+    /// The command of the operation's request.
+    pub(crate) fn cmd(&self) -> IpvsCmd {
+        match self {
+            Op::AddService(_) => IpvsCmd::NewService,
+            Op::UpdateService(_) => IpvsCmd::SetService,
+            Op::DeleteService(_) => IpvsCmd::DelService,
+            Op::AddDestination(..) => IpvsCmd::NewDest,
+            Op::UpdateDestination(..) => IpvsCmd::SetDest,
+            Op::DeleteDestination(..) => IpvsCmd::DelDest,
+        }
+    }
+
+    /// The virtual server the operation acts on (or belongs to).
+    pub(crate) fn key(&self) -> ServiceKey {
+        match self {
+            Op::AddService(vs) | Op::UpdateService(vs) => vs.key,
+            Op::DeleteService(k)
+            | Op::AddDestination(k, _)
+            | Op::UpdateDestination(k, _)
+            | Op::DeleteDestination(k, _) => *k,
+        }
+    }
+
+    /// What a failure of the operation is described with.
+    pub(crate) fn target(&self) -> Target {
         match self {
             Op::AddService(vs) | Op::UpdateService(vs) => new_service_target(vs),
             Op::DeleteService(key) => Target::Service(*key),
@@ -143,7 +167,7 @@ impl Handle {
         // Pipelined, a request is answered only on failure or as the last of
         // its datagram (see `BatchMode::Pipelined`).
         let (kind, per_turn) = match mode {
-            BatchMode::Pipelined => (Kind::Quiet, self.lock().sock.max_batch()),
+            BatchMode::Pipelined => (Kind::Quiet, self.max_batch()),
             BatchMode::OneByOne => (Kind::Ack, 1),
         };
         // Operations are encoded as they are drawn, so a batch of any size
@@ -168,9 +192,12 @@ impl Handle {
             if requests.is_empty() {
                 break;
             }
-            let outcome = self.run(requests.drain(..), |index, r| {
-                answers.push((index, r.map(drop)));
-            });
+            let outcome = self.exchange(
+                Via::Main,
+                requests.drain(..),
+                |_, _| Ok(()),
+                |index, r| answers.push((index, r.map(drop))),
+            );
             for (index, r) in answers.drain(..) {
                 on_result(index, &r);
                 report.sent += 1;

@@ -335,7 +335,7 @@ impl Handle {
     fn seen_attributes(&self) -> Result<Seen> {
         let mut seen = Seen::default();
         let services = self
-            .call_via(
+            .call(
                 Via::Tables,
                 request::dump_services(),
                 Kind::Dump,
@@ -358,7 +358,8 @@ impl Handle {
     /// The raw attributes of the first real server of `key`, if it has one.
     fn first_destination_attrs(&self, key: &ServiceKey) -> Result<Option<Vec<DestAttr>>> {
         let msg = request::dump_dests(key)?;
-        let answer = match self.call_decoded(
+        let answer = match self.call(
+            Via::Main,
             msg,
             Kind::Dump,
             Target::Service(*key),

@@ -251,6 +251,18 @@ pub enum Error {
         /// The decode error.
         source: DecodeError,
     },
+    /// A wait ran out of the handle's timeout
+    /// ([`crate::HandleOptions::with_timeout`]): the kernel sent nothing for
+    /// that long, or another thread held the handle's socket that long.
+    /// Whether a request that was sent took effect is unknown (read back to
+    /// find out).
+    #[error("{op}: timed out after {waited:?}")]
+    Timeout {
+        /// The operation.
+        op: Operation,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
 }
 
 fn detail(message: &Option<String>) -> String {
@@ -331,7 +343,8 @@ impl Error {
             | Error::Unanswered { op }
             | Error::Inconsistent { op, .. }
             | Error::Io { op, .. }
-            | Error::Decode { op, .. } => Some(op),
+            | Error::Decode { op, .. }
+            | Error::Timeout { op, .. } => Some(op),
             Error::Unavailable { .. } | Error::KernelLacks { .. } | Error::Invalid(_) => None,
         }
     }

@@ -13,9 +13,11 @@ mod error;
 mod overlap;
 mod services;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 pub use batch::{BatchMode, BatchReport, Op};
+
 pub use capabilities::{Availability, Capabilities, KernelVersion, Support};
 pub use error::{Error, Operation, Result};
 pub(crate) use error::{Target, describe};
@@ -23,7 +25,7 @@ pub(crate) use error::{Target, describe};
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::NetNs;
-use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
+use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Reply};
 
 /// A connection to the kernel's IPVS in one network namespace: every
 /// operation of `ipvsadm` (services, real servers, timeouts, sync daemons,
@@ -54,9 +56,10 @@ use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
 /// # Threads
 ///
 /// `Handle` is `Send + Sync`: share one through an [`Arc`](std::sync::Arc)
-/// or a reference. Calls from several threads are serialised on the socket
-/// by a mutex; a request and all of its replies are one critical section, so
-/// replies are never mixed up between callers. For parallel throughput open
+/// or a reference. Calls from several threads take turns on the socket
+/// (each waits at most the handle's timeout for it, see below); a request and
+/// all of its replies are one turn, so replies are never mixed up between
+/// callers. For parallel throughput open
 /// one handle per thread (each has its own sockets); for bulk work use
 /// [`Handle::apply`], which pipelines many requests per round trip, or a
 /// [`Syncer`](crate::sync::Syncer). A caller that panicked mid-request
@@ -103,21 +106,79 @@ use crate::netlink::{DumpSize, Exchange, GenlSocket, Kind, Reply};
 /// * [`Error::Lost`] and [`Error::Unanswered`]: the request was sent but its
 ///   answer never came, so whether it took effect is unknown (read back to
 ///   find out);
+/// * [`Error::Timeout`]: a wait ran out of the handle's timeout (see below);
 /// * [`Error::Unsupported`]: the kernel accepted a request but ignored part
 ///   of it (found by reading back);
 /// * [`Error::Io`] and [`Error::Decode`]: the socket failed, or a reply
 ///   could not be decoded.
 ///
-/// Nothing panics on a kernel reply, and every wait for one is bounded: a
-/// receive that waits 60 seconds fails with [`Error::Io`] instead of hanging.
+/// Nothing panics on a kernel reply, and every wait is bounded by the
+/// handle's timeout ([`HandleOptions::timeout`], 60 seconds unless set): a
+/// request the kernel stays silent about for that long, or a caller that
+/// waits that long for the socket while another thread uses it, gets
+/// [`Error::Timeout`]. A socket whose request timed out is closed and the
+/// next request opens a new one, so the handle stays usable. One wait
+/// cannot be bounded: netlink runs the kernel's handler for a request
+/// inside `send`, in the calling thread, and nothing interrupts it (a
+/// scheduler module whose loading waits on the IPVS mutex is one way it can
+/// hang). The thread in that `send` stays there; every other caller of the
+/// handle gets [`Error::Timeout`] from its wait for the socket instead of
+/// waiting with it, and should treat the handle as unusable (open a new
+/// one).
 #[derive(Debug)]
 pub struct Handle {
     /// Every request but the table-wide service dump ([`DumpSize::Page`]).
-    inner: Mutex<Inner>,
+    main: Lane,
     /// Table-wide service dumps ([`DumpSize::Large`]), opened on first use.
-    tables: Mutex<Option<Inner>>,
+    tables: Lane,
     family: u16,
     netns: NetNs,
+    timeout: Duration,
+    /// Requests per datagram of the main socket (see
+    /// [`GenlSocket::max_batch`]).
+    max_batch: usize,
+}
+
+/// How a [`Handle`] is opened.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use ipvsctl::{Handle, HandleOptions, NetNs};
+/// let options = HandleOptions::new().with_timeout(Duration::from_secs(5));
+/// let ipvs = Handle::open_with_options(&NetNs::Current, &options)?;
+/// assert_eq!(ipvs.timeout(), Duration::from_secs(5));
+/// # Ok::<(), ipvsctl::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandleOptions {
+    /// The bound of every wait of the handle (60 seconds unless set): for
+    /// the kernel's next answer, for the handle's socket while another
+    /// thread uses it, and for room in the send buffer. A wait that runs
+    /// out is [`Error::Timeout`]. A zero timeout is taken as one
+    /// millisecond.
+    pub timeout: Duration,
+}
+
+impl Default for HandleOptions {
+    fn default() -> Self {
+        HandleOptions {
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl HandleOptions {
+    /// The defaults: a 60-second timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the bound of every wait (see [`HandleOptions::timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
 }
 
 /// Which of the handle's sockets a request goes to.
@@ -174,13 +235,17 @@ impl Handle {
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn open(netns: &NetNs) -> Result<Self> {
+        Self::open_with_options(netns, &HandleOptions::default())
+    }
+
+    /// [`Handle::open`] with options (see [`HandleOptions`]).
+    pub fn open_with_options(netns: &NetNs, options: &HandleOptions) -> Result<Self> {
         let netns = NetNs::Pinned(
             netns
                 .pin()
                 .map_err(|e| Error::io(Operation::OpenNamespace, e))?,
         );
-        let mut sock = GenlSocket::open_with(&netns, DumpSize::Page)
-            .map_err(|e| Error::io(Operation::OpenSocket, e))?;
+        let mut sock = open_socket(&netns, DumpSize::Page, options.timeout)?;
         let family = sock
             .resolve_family(consts::FAMILY_NAME, 1)
             .map_err(|e| Error::io(Operation::ResolveFamily, e))?;
@@ -193,8 +258,10 @@ impl Handle {
             });
         };
         Ok(Handle {
-            inner: Mutex::new(Inner { sock, seq: 1 }),
-            tables: Mutex::new(None),
+            max_batch: sock.max_batch(),
+            timeout: sock.timeout(),
+            main: Lane::new(Some(Inner { sock, seq: 1 })),
+            tables: Lane::new(None),
             family: family.id,
             netns,
         })
@@ -213,6 +280,11 @@ impl Handle {
         self.family
     }
 
+    /// The bound of every wait of this handle ([`HandleOptions::timeout`]).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Sends one raw IPVS message and returns the data messages of its
     /// reply: an escape hatch for requests the typed API cannot express (the
     /// codec's [`crate::codec::attr`] enums build anything). `dump` sends it
@@ -226,56 +298,24 @@ impl Handle {
     /// ```
     pub fn request(&self, msg: IpvsMessage, dump: bool) -> Result<Vec<IpvsMessage>> {
         let kind = if dump { Kind::Dump } else { Kind::Ack };
-        self.call(msg, kind, Target::Global)
+        self.call(Via::Main, msg, kind, Target::Global, frame::decode_message)
+            .map(|a| a.data)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic in another caller leaves the socket usable: replies of an
-        // abandoned exchange are told apart by sequence number.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs requests pipelined, taking them from the iterator as they are
-    /// sent; `on_reply` gets each request's [`Request::index`] and its reply
-    /// turned into data or a typed error, in order.
-    pub(crate) fn run<I, F>(&self, requests: I, mut on_reply: F) -> Result<()>
-    where
-        I: IntoIterator<Item = Request>,
-        F: FnMut(usize, Result<Vec<IpvsMessage>>),
-    {
-        self.run_answers(requests, |i, r| on_reply(i, r.map(|a| a.data)))
-    }
-
-    /// [`Handle::run`], also telling how many datagrams each answer took.
-    pub(crate) fn run_answers<I, F>(&self, requests: I, on_reply: F) -> Result<()>
-    where
-        I: IntoIterator<Item = Request>,
-        F: FnMut(usize, Result<Answer>),
-    {
-        self.run_decoded(requests, |_, body| frame::decode_message(body), on_reply)
-    }
-
-    /// [`Handle::run_answers`], each data message decoded by `decode` (given
-    /// the request's index and the message body) as it arrives: the path of
-    /// large dumps, which never builds [`IpvsMessage`]s.
-    pub(crate) fn run_decoded<I, D, Dec, F>(
+    /// Runs requests pipelined on the socket `via`, taking them from the
+    /// iterator as they are sent; each data message is decoded by `decode`
+    /// (given the request's index and the message body) as it arrives, and
+    /// `on_reply` gets each request's [`Request::index`] and its answer or
+    /// typed error, in order. The one way every request of the handle
+    /// reaches the kernel.
+    ///
+    /// The socket is lent to one caller at a time; a caller that waits
+    /// longer than the handle's timeout for it gets [`Error::Timeout`]. A
+    /// socket whose exchange timed out or failed is closed, and the next
+    /// request opens a new one: late answers cannot reach a later request.
+    pub(crate) fn exchange<I, D, Dec, F>(
         &self,
-        requests: I,
-        decode: Dec,
-        on_reply: F,
-    ) -> Result<()>
-    where
-        I: IntoIterator<Item = Request>,
-        Dec: FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
-        F: FnMut(usize, Result<Answer<D>>),
-    {
-        self.exchange(&mut self.lock(), requests, decode, on_reply)
-    }
-
-    /// Runs requests through the socket `inner` (see [`Handle::run_decoded`]).
-    fn exchange<I, D, Dec, F>(
-        &self,
-        inner: &mut Inner,
+        via: Via,
         requests: I,
         mut decode: Dec,
         mut on_reply: F,
@@ -285,8 +325,28 @@ impl Handle {
         Dec: FnMut(usize, &[u8]) -> std::result::Result<D, DecodeError>,
         F: FnMut(usize, Result<Answer<D>>),
     {
+        let mut requests = requests.into_iter().peekable();
+        let Some(first) = requests.peek() else {
+            return Ok(());
+        };
+        let first_op = describe(first.msg.cmd, &first.target);
+        let (lane, dumps) = match via {
+            Via::Main => (&self.main, DumpSize::Page),
+            Via::Tables => (&self.tables, DumpSize::Large),
+        };
+        let mut lease = lane.lend(self.timeout).map_err(|waited| Error::Timeout {
+            op: first_op.clone(),
+            waited,
+        })?;
+        let inner = match &mut lease.inner {
+            Some(inner) => inner,
+            slot => slot.insert(Inner {
+                sock: open_socket(&self.netns, dumps, self.timeout)?,
+                seq: 1,
+            }),
+        };
         let Inner { sock, seq } = inner;
-        let reqs = requests.into_iter().map(|r| {
+        let reqs = requests.map(|r| {
             let ctx = Context {
                 index: r.index,
                 cmd: r.msg.cmd,
@@ -294,49 +354,32 @@ impl Handle {
             };
             (r.msg, r.kind, ctx)
         });
-        Exchange::new(sock, self.family, seq)
-            .run_decoded(
-                reqs,
-                |ctx, body| decode(ctx.index, body),
-                |_, ctx, reply| on_reply(ctx.index, reply_result(&ctx, reply)),
-            )
-            .map_err(|e| Error::io(Operation::Exchange, e))
+        let mut timed_out = false;
+        let outcome = Exchange::new(sock, self.family, seq).run_decoded(
+            reqs,
+            |ctx, body| decode(ctx.index, body),
+            |_, ctx, reply| {
+                timed_out |= matches!(reply.result, Err(Failure::TimedOut { .. }));
+                on_reply(ctx.index, outcome(ctx.cmd, &ctx.target, reply))
+            },
+        );
+        if timed_out || outcome.is_err() {
+            lease.inner = None;
+        }
+        outcome.map_err(|e| match e.kind() {
+            // A send that found no room in the buffer within the timeout.
+            std::io::ErrorKind::WouldBlock => Error::Timeout {
+                op: first_op,
+                waited: self.timeout,
+            },
+            _ => Error::io(Operation::Exchange, e),
+        })
     }
 
-    /// Runs one request and returns its data replies, or its typed error.
-    pub(crate) fn call(
-        &self,
-        msg: IpvsMessage,
-        kind: Kind,
-        target: Target,
-    ) -> Result<Vec<IpvsMessage>> {
-        self.call_answer(msg, kind, target).map(|a| a.data)
-    }
-
-    /// [`Handle::call`], also telling how many datagrams the answer took.
-    pub(crate) fn call_answer(
-        &self,
-        msg: IpvsMessage,
-        kind: Kind,
-        target: Target,
-    ) -> Result<Answer> {
-        self.call_decoded(msg, kind, target, frame::decode_message)
-    }
-
-    /// [`Handle::call_answer`], the data decoded by `decode` as it arrives
-    /// (see [`Handle::run_decoded`]).
-    pub(crate) fn call_decoded<D>(
-        &self,
-        msg: IpvsMessage,
-        kind: Kind,
-        target: Target,
-        decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
-    ) -> Result<Answer<D>> {
-        self.call_via(Via::Main, msg, kind, target, decode)
-    }
-
-    /// [`Handle::call_decoded`] on a chosen socket.
-    pub(crate) fn call_via<D>(
+    /// Runs one request on the socket `via` (see [`Handle::exchange`]) and
+    /// returns its answer, each data message decoded by `decode`, or its
+    /// typed error.
+    pub(crate) fn call<D>(
         &self,
         via: Via,
         msg: IpvsMessage,
@@ -344,7 +387,6 @@ impl Handle {
         target: Target,
         mut decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
     ) -> Result<Answer<D>> {
-        let mut out = None;
         let op = describe(msg.cmd, &target);
         let request = [Request {
             index: 0,
@@ -352,24 +394,96 @@ impl Handle {
             kind,
             target,
         }];
-        let decode = |_, body: &[u8]| decode(body);
-        let on_reply = |_, r| out = Some(r);
-        match via {
-            Via::Main => self.exchange(&mut self.lock(), request, decode, on_reply)?,
-            Via::Tables => {
-                let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-                let inner = match &mut *tables {
-                    Some(inner) => inner,
-                    slot => {
-                        let sock = GenlSocket::open_with(&self.netns, DumpSize::Large)
-                            .map_err(|e| Error::io(Operation::OpenSocket, e))?;
-                        slot.insert(Inner { sock, seq: 1 })
-                    }
-                };
-                self.exchange(inner, request, decode, on_reply)?
-            }
-        }
+        let mut out = None;
+        self.exchange(via, request, |_, body| decode(body), |_, r| out = Some(r))?;
         out.unwrap_or(Err(Error::Lost { op }))
+    }
+
+    /// Another handle in the same pinned namespace with the same options
+    /// (a syncer's parallel readers).
+    pub(crate) fn open_sibling(&self) -> Result<Handle> {
+        let options = HandleOptions::new().with_timeout(self.timeout);
+        Handle::open_with_options(&self.netns, &options)
+    }
+
+    /// Requests per datagram of the main socket.
+    pub(crate) fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+}
+
+/// Opens one of the handle's sockets, with the handle's timeout.
+fn open_socket(netns: &NetNs, dumps: DumpSize, timeout: Duration) -> Result<GenlSocket> {
+    let mut sock =
+        GenlSocket::open_with(netns, dumps).map_err(|e| Error::io(Operation::OpenSocket, e))?;
+    sock.set_timeout(timeout)
+        .map_err(|e| Error::io(Operation::OpenSocket, e))?;
+    Ok(sock)
+}
+
+/// A socket lent to one caller at a time, with a bounded wait for it: a
+/// `Mutex` would make a caller wait for ever behind a request stuck in the
+/// kernel (a netlink `send` runs the kernel's handler in the sending thread
+/// and cannot be interrupted). `None` is a socket not opened yet, or closed
+/// after a failed exchange.
+#[derive(Debug)]
+struct Lane {
+    state: Mutex<LaneState>,
+    returned: Condvar,
+}
+
+#[derive(Debug)]
+struct LaneState {
+    inner: Option<Inner>,
+    lent: bool,
+}
+
+/// The socket of a [`Lane`] while one caller has it; given back on drop,
+/// also when the caller panics (the replies of an abandoned exchange are
+/// told apart by sequence number).
+struct Lease<'a> {
+    lane: &'a Lane,
+    inner: Option<Inner>,
+}
+
+impl Lane {
+    fn new(inner: Option<Inner>) -> Self {
+        Lane {
+            state: Mutex::new(LaneState { inner, lent: false }),
+            returned: Condvar::new(),
+        }
+    }
+
+    /// Lends the socket, waiting up to `timeout` for it; `Err` is how long
+    /// the wait lasted.
+    fn lend(&self, timeout: Duration) -> std::result::Result<Lease<'_>, Duration> {
+        let start = Instant::now();
+        // The mutex is held only to hand the socket over, never during a
+        // request, so a panic cannot happen while it is held.
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while state.lent {
+            let waited = start.elapsed();
+            let Some(left) = timeout.checked_sub(waited).filter(|d| !d.is_zero()) else {
+                return Err(waited);
+            };
+            state = match self.returned.wait_timeout(state, left) {
+                Ok((s, _)) => s,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        state.lent = true;
+        let inner = state.inner.take();
+        Ok(Lease { lane: self, inner })
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut state = self.lane.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.inner = self.inner.take();
+        state.lent = false;
+        drop(state);
+        self.lane.returned.notify_one();
     }
 }
 
@@ -388,18 +502,20 @@ pub(crate) struct Answer<D = IpvsMessage> {
     pub datagrams: usize,
 }
 
-/// Turns a reply into the request's data or its typed error.
-fn reply_result<D>(ctx: &Context, reply: Reply<D>) -> Result<Answer<D>> {
-    let op = || describe(ctx.cmd, &ctx.target);
+/// Turns the reply to a request (`cmd` on `target`) into its data or its
+/// typed error.
+pub(crate) fn outcome<D>(cmd: IpvsCmd, target: &Target, reply: Reply<D>) -> Result<Answer<D>> {
+    let op = || describe(cmd, target);
     match reply.result {
         Ok(()) => Ok(Answer {
             data: reply.data,
             datagrams: reply.datagrams,
         }),
-        Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), &ctx.target, e)),
+        Err(Failure::Kernel(e)) => Err(Error::from_kernel(op(), target, e)),
         Err(Failure::Decode(source)) => Err(Error::Decode { op: op(), source }),
         Err(Failure::Lost) => Err(Error::Lost { op: op() }),
         Err(Failure::Unanswered) => Err(Error::Unanswered { op: op() }),
+        Err(Failure::TimedOut { waited }) => Err(Error::Timeout { op: op(), waited }),
         Err(Failure::Truncated) => Err(Error::io(
             op(),
             std::io::Error::other("the answer was larger than the receive buffer and was cut off"),

@@ -58,7 +58,7 @@ impl Handle {
             // `each` runs after the exchange has let go of the socket, so
             // that it may use the handle.
             let mut replies = Vec::with_capacity(keys.len());
-            self.run_decoded(requests(keys), &mut decode, |index, r| {
+            self.exchange(Via::Main, requests(keys), &mut decode, |index, r| {
                 replies.push((index, r));
             })?;
             let mut next = 0;
@@ -109,7 +109,7 @@ impl Handle {
         };
         let again = || {
             let msg = request::dump_dests(key)?;
-            self.call_via(
+            self.call(
                 Via::Tables,
                 msg,
                 Kind::Dump,
@@ -131,16 +131,21 @@ impl Handle {
             Ok(start..b.bytes.len())
         };
         let mut consumer_gone = false;
-        self.run_decoded(requests(keys), copy, |index, r: Result<Answer<_>>| {
-            let mut b = batch.borrow_mut();
-            b.replies.push((index, r));
-            if b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES {
-                let full = std::mem::take(&mut *b);
-                // A failed send means the caller's side stopped (it
-                // panicked): the rest is read and dropped.
-                consumer_gone |= tx.send(full).is_err();
-            }
-        })?;
+        self.exchange(
+            Via::Main,
+            requests(keys),
+            copy,
+            |index, r: Result<Answer<_>>| {
+                let mut b = batch.borrow_mut();
+                b.replies.push((index, r));
+                if b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES {
+                    let full = std::mem::take(&mut *b);
+                    // A failed send means the caller's side stopped (it
+                    // panicked): the rest is read and dropped.
+                    consumer_gone |= tx.send(full).is_err();
+                }
+            },
+        )?;
         let rest = batch.into_inner();
         if !rest.replies.is_empty() && !consumer_gone {
             let _ = tx.send(rest);

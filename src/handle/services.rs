@@ -1,7 +1,7 @@
 //! Virtual-server operations.
 
 use super::{Error, Handle, Result, Target, Via};
-use crate::codec::{reply, request};
+use crate::codec::{frame, reply, request};
 use crate::model::{ServiceKey, ServiceSnapshot, VirtualServer};
 use crate::netlink::Kind;
 
@@ -27,20 +27,44 @@ impl Handle {
     /// ```
     pub fn add_service(&self, vs: &VirtualServer) -> Result<()> {
         let msg = request::new_service(vs)?;
-        self.call(msg, Kind::Ack, new_service_target(vs)).map(drop)
+        self.call(
+            Via::Main,
+            msg,
+            Kind::Ack,
+            new_service_target(vs),
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Changes a virtual server's configuration (scheduler, flags, timeout,
     /// netmask, persistence engine). The key selects the service.
     pub fn update_service(&self, vs: &VirtualServer) -> Result<()> {
         let msg = request::set_service(vs)?;
-        self.call(msg, Kind::Ack, new_service_target(vs)).map(drop)
+        self.call(
+            Via::Main,
+            msg,
+            Kind::Ack,
+            new_service_target(vs),
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Deletes a virtual server and its real servers.
     pub fn delete_service(&self, key: &ServiceKey) -> Result<()> {
         let msg = request::del_service(key)?;
-        self.call(msg, Kind::Ack, Target::Service(*key)).map(drop)
+        self.call(
+            Via::Main,
+            msg,
+            Kind::Ack,
+            Target::Service(*key),
+            frame::decode_message,
+        )
+        .map(|a| a.data)
+        .map(drop)
     }
 
     /// Reads one virtual server; [`Error::ServiceNotFound`] if it does not
@@ -52,7 +76,7 @@ impl Handle {
     /// [`Handle::get_service`] on a chosen socket.
     pub(crate) fn get_service_via(&self, via: Via, key: &ServiceKey) -> Result<ServiceSnapshot> {
         let msg = request::get_service(key)?;
-        let answer = self.call_via(
+        let answer = self.call(
             via,
             msg,
             Kind::Ack,
@@ -95,7 +119,7 @@ impl Handle {
 
     fn dump_services(&self) -> Result<(Vec<ServiceSnapshot>, usize)> {
         // Each message is decoded as it arrives, straight into a snapshot.
-        let answer = self.call_via(
+        let answer = self.call(
             Via::Tables,
             request::dump_services(),
             Kind::Dump,

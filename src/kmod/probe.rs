@@ -232,6 +232,7 @@ fn probe_scheduler_here(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
                 Err(Failure::Kernel(e)) => e.errno(),
                 // No answer: the handler returned EINTR (see the variant).
                 Err(Failure::Unanswered) => Errno::INTR.raw_os_error(),
+                Err(Failure::TimedOut { .. }) => Errno::TIMEDOUT.raw_os_error(),
                 Err(Failure::Decode(_) | Failure::Lost | Failure::Truncated) => {
                     Errno::IO.raw_os_error()
                 }

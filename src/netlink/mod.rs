@@ -15,8 +15,11 @@
 
 mod exchange;
 pub mod netns;
+pub mod pipeline;
 mod socket;
 
-pub use exchange::{Exchange, Failure, Kind, Reply};
-pub use socket::{Datagram, DumpSize, GenlSocket};
+pub use exchange::Exchange;
+pub(crate) use exchange::drive;
+pub use pipeline::{Failure, Kind, Reply};
+pub use socket::{DEFAULT_TIMEOUT, Datagram, DumpSize, GenlSocket};
 pub(crate) use socket::{connect_to_kernel, from_kernel};

@@ -3,6 +3,7 @@
 //! lives in [`crate::codec::frame`].
 
 use std::io;
+use std::time::Duration;
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_GENERIC};
 
@@ -24,8 +25,10 @@ pub(crate) const RECV_CHUNK: usize = 64 << 10;
 /// `sizeof(struct skb_shared_info)` on x86-64 and arm64 kernels with the
 /// default 17 fragments: what the kernel takes from a page before the data.
 const SKB_SHARED_INFO: usize = 320;
-/// How long a receive may wait for the kernel before it is an error.
-const RECV_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a receive (or a send that waits for buffer space) may wait for
+/// the kernel before it is an error, unless set otherwise
+/// ([`GenlSocket::set_timeout`]).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Upper bound of the memory one queued ACK is charged (`skb->truesize` of a
 /// small skb is 768 bytes on x86-64; doubled for safety).
 const ACK_TRUESIZE: usize = 1536;
@@ -91,6 +94,8 @@ pub struct GenlSocket {
     rx: Vec<u8>,
     /// Datagrams received from a sender other than the kernel, and dropped.
     dropped_foreign: u64,
+    /// The bound of every wait.
+    timeout: Duration,
 }
 
 impl GenlSocket {
@@ -115,14 +120,6 @@ impl GenlSocket {
         // small (the request is not echoed back in full).
         sock.set_ext_ack(true)?;
         sock.set_cap_ack(true)?;
-        // The kernel answers while handling the send, so a receive that
-        // waits this long means something is wrong: fail instead of hanging
-        // the caller forever.
-        rustix::net::sockopt::set_socket_timeout(
-            &sock,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(RECV_TIMEOUT),
-        )?;
         let rcvbuf = size_buffer(&sock, RCVBUF, Direction::Receive);
         let sndbuf = size_buffer(&sock, SNDBUF, Direction::Send);
         Ok(GenlSocket {
@@ -133,11 +130,40 @@ impl GenlSocket {
             recv_len: RECV_CHUNK,
             rx: vec![0; RECV_CHUNK],
             dropped_foreign: 0,
+            timeout: DEFAULT_TIMEOUT,
         })
-        .map(|mut s| {
+        .and_then(|mut s| {
             s.set_dump_size(dumps);
-            s
+            s.set_timeout(DEFAULT_TIMEOUT)?;
+            Ok(s)
         })
+    }
+
+    /// Bounds every wait of this socket: a receive that gets nothing for
+    /// `timeout` fails with `WouldBlock` (and an [`super::Exchange`] reports
+    /// [`super::Failure::TimedOut`]), and so does a send that waits that
+    /// long for buffer space. A send cannot be bounded beyond that: netlink
+    /// runs the kernel's handler for each request inside `send`, in the
+    /// calling thread, and nothing interrupts it. A zero `timeout` is taken
+    /// as one millisecond (zero would mean "wait forever" to the kernel).
+    pub fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        use rustix::net::sockopt::{Timeout, set_socket_timeout};
+        let timeout = timeout.max(Duration::from_millis(1));
+        set_socket_timeout(&self.sock, Timeout::Recv, Some(timeout))?;
+        set_socket_timeout(&self.sock, Timeout::Send, Some(timeout))?;
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// The bound of every wait (see [`GenlSocket::set_timeout`]).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Counts datagrams from another sender that a caller of
+    /// [`GenlSocket::recv_from`] dropped.
+    pub(crate) fn count_foreign(&mut self, dropped: u64) {
+        self.dropped_foreign += dropped;
     }
 
     /// Changes the receive length, and with it the size of the datagrams the
@@ -215,23 +241,58 @@ impl GenlSocket {
     /// Datagrams from any sender but the kernel are dropped and counted
     /// ([`GenlSocket::dropped_foreign`]).
     pub fn recv_datagram(&mut self, flags: i32) -> io::Result<Datagram<'_>> {
+        loop {
+            let (n, sender) = self.recv_raw(flags)?;
+            if sender == 0 {
+                return Ok(self.datagram(n));
+            }
+            self.dropped_foreign += 1;
+        }
+    }
+
+    /// [`GenlSocket::recv_datagram`] that keeps datagrams from any sender
+    /// and returns the sender's port (0 is the kernel) with each: for
+    /// callers that drop them themselves (and count them with
+    /// `count_foreign`).
+    pub fn recv_from(&mut self, flags: i32) -> io::Result<(Datagram<'_>, u32)> {
+        let (n, sender) = self.recv_raw(flags)?;
+        Ok((self.datagram(n), sender))
+    }
+
+    /// One receive into the socket's buffer: the datagram's real length and
+    /// its sender's port.
+    fn recv_raw(&mut self, flags: i32) -> io::Result<(usize, u32)> {
         let want = self.recv_len.min(self.rx.len());
-        let n = loop {
+        loop {
             let mut window = &mut self.rx[..want];
             match self.sock.recv_from(&mut window, MSG_TRUNC | flags) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok((_, from)) if !from_kernel(&from) => self.dropped_foreign += 1,
-                other => break other?.0,
+                Ok((n, from)) => {
+                    break Ok((
+                        n,
+                        if from_kernel(&from) {
+                            0
+                        } else {
+                            from.port_number().max(1)
+                        },
+                    ));
+                }
+                Err(e) => break Err(e),
             }
-        };
+        }
+    }
+
+    /// The datagram of `n` bytes just received (cut if longer than asked).
+    fn datagram(&mut self, n: usize) -> Datagram<'_> {
+        let want = self.recv_len.min(self.rx.len());
         if n > want {
             self.recv_len = RECV_CHUNK;
-            return Ok(Datagram::Truncated {
+            return Datagram::Truncated {
                 head: &self.rx[..want],
                 len: n,
-            });
+            };
         }
-        Ok(Datagram::Whole(&self.rx[..n]))
+        Datagram::Whole(&self.rx[..n])
     }
 
     /// Resolves a generic-netlink family by name. `Ok(None)` means the

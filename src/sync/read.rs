@@ -4,7 +4,7 @@
 
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage};
 use crate::codec::{reply, request};
-use crate::handle::{Answer, Request, Target, describe};
+use crate::handle::{Answer, Request, Target, Via, describe};
 use crate::model::{AddressFamily, ServiceKey, ValidationError, VirtualServer};
 use crate::netlink::Kind;
 use crate::{Error, Handle, Result};
@@ -170,7 +170,7 @@ fn per_key<D, V>(
                 None
             }
         });
-    handle.run_decoded(requests, decode, |index, r| {
+    handle.exchange(Via::Main, requests, decode, |index, r| {
         if let Some(slot) = out.get_mut(index) {
             *slot = Some(answer(r));
         }

@@ -416,7 +416,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             retry = first.retry;
             if !first.withheld.is_empty() {
                 let withheld: HashSet<ServiceKey> = first.withheld.iter().copied().collect();
-                rest.retain(|op| !withheld.contains(&op_key(op)));
+                rest.retain(|op| !withheld.contains(&op.key()));
             }
             self.report_refused(first.refused, &mut report);
         }
@@ -578,7 +578,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         }
         while self.readers.len() + 1 < want {
             let h = self.handle.borrow();
-            self.readers.push(Handle::open(h.netns())?);
+            self.readers.push(h.open_sibling()?);
         }
         let mut handles: Vec<&Handle> = vec![self.handle.borrow()];
         handles.extend(self.readers.iter().take(want - 1));
@@ -672,7 +672,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 // Every answer names one of `ops`.
                 continue;
             };
-            let key = op_key(op);
+            let key = op.key();
             if self.claims(op) {
                 if error.is_exists() {
                     // Someone else's service: not ours to change.
@@ -779,16 +779,6 @@ struct Applied {
 /// re-reading the service and planning again fixes them.
 fn healable(e: &Error) -> bool {
     e.is_exists() || e.is_not_found() || matches!(e, Error::Lost { .. })
-}
-
-fn op_key(op: &Op) -> ServiceKey {
-    match op {
-        Op::AddService(vs) | Op::UpdateService(vs) => vs.key,
-        Op::DeleteService(k)
-        | Op::AddDestination(k, _)
-        | Op::UpdateDestination(k, _)
-        | Op::DeleteDestination(k, _) => *k,
-    }
 }
 
 /// Records an acknowledged operation in memory.

@@ -93,6 +93,12 @@ pub const TARGETS: &[Target] = &[
         base: 256 << 10,
         per_byte: 256,
     },
+    Target {
+        name: "pipeline",
+        check: pipeline,
+        base: 256 << 10,
+        per_byte: 1024,
+    },
 ];
 
 /// The target called `name`.
@@ -1027,4 +1033,189 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
         .with_weight(u.int_in_range(0..=2)?)
         .with_forward(forward)
         .with_thresholds(upper, u.int_in_range(0..=2)?))
+}
+
+// ---------------------------------------------------------------------------
+// pipeline: the request pipeline on arbitrary request counts and kinds,
+// limits and sequences of receive events.
+
+/// Drives the sans-IO pipeline (`ipvsctl::netlink::pipeline`) with requests
+/// and limits drawn from `data`, then with arbitrary events: datagrams of
+/// ACKs, errors, data and done messages for nearby sequence numbers (stale,
+/// duplicate, out of order, other ports, other senders), raw bytes, cut
+/// datagrams, overruns, empty queues and silences. Once the input runs out,
+/// the kernel falls silent for good. Nothing may panic, the pipeline must
+/// come to rest, and every request must get exactly one outcome, in order.
+pub fn pipeline(data: &[u8]) {
+    use ipvsctl::netlink::pipeline::{Io, Kind, Limits, Pipeline, Push};
+    use std::time::{Duration, Instant};
+
+    const PORT: u32 = 77;
+    const TIMEOUT: Duration = Duration::from_millis(100);
+    let mut u = Unstructured::new(data);
+    let count = u.int_in_range(0..=300usize).unwrap_or(0);
+    let limits = Limits {
+        port: PORT,
+        max_send: u.int_in_range(16..=4096usize).unwrap_or(4096),
+        max_batch: u.int_in_range(0..=40usize).unwrap_or(1),
+    };
+    let first_seq: u32 = u.arbitrary().unwrap_or(0);
+    let mut pipe: Pipeline<usize, ()> = Pipeline::new(first_seq, limits, TIMEOUT);
+    let mut now = Instant::now();
+    let kinds = [Kind::Ack, Kind::Dump, Kind::Quiet];
+    let mut next = 0;
+    let mut outcomes = Vec::new();
+    let mut decode = |_: &usize, body: &[u8]| {
+        if body.first() == Some(&0xff) {
+            Err(ipvsctl::codec::DecodeError::from(
+                "refused by the check".to_owned(),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let mut steps = 0usize;
+    while next < count {
+        steps += 1;
+        assert!(
+            steps <= 10 * count + 10,
+            "the pipeline does not come to rest"
+        );
+        let mut buf = Vec::new();
+        while pipe.has_room() && next < count {
+            let kind = kinds[u.int_in_range(0..=2usize).unwrap_or(2)];
+            let len = 4 * u.int_in_range(0..=8usize).unwrap_or(0);
+            let write = |out: &mut Vec<u8>, seq: u32, flags: u16| {
+                out.extend_from_slice(&((NLMSG_HDRLEN + 4 + len) as u32).to_ne_bytes());
+                out.extend_from_slice(&0x20u16.to_ne_bytes());
+                out.extend_from_slice(&flags.to_ne_bytes());
+                out.extend_from_slice(&seq.to_ne_bytes());
+                out.extend_from_slice(&0u32.to_ne_bytes());
+                out.resize(out.len() + 4 + len, 0);
+                Ok::<(), ()>(())
+            };
+            match pipe.push(&mut buf, kind, next, write) {
+                Ok(Push::Added) => next += 1,
+                Ok(Push::Full(tag)) => {
+                    assert_eq!(tag, next);
+                    break;
+                }
+                Err(()) => unreachable!("the writer never fails"),
+            }
+        }
+        assert!(pipe.seal(&mut buf), "a datagram with requests must seal");
+        pipe.on_sent(now);
+        let mut quiet_steps = 0;
+        loop {
+            quiet_steps += 1;
+            assert!(quiet_steps < 100_000, "the pipeline does not come to rest");
+            match pipe.next_io() {
+                Io::Idle => break,
+                Io::Send(_) => {
+                    pipe.on_sent(now);
+                    continue;
+                }
+                Io::Recv { wait } => {
+                    if u.is_empty() {
+                        // The kernel says nothing more.
+                        if wait {
+                            now += TIMEOUT;
+                            pipe.on_silence(now);
+                        } else {
+                            pipe.on_empty();
+                        }
+                        continue;
+                    }
+                }
+            }
+            let base = pipe.next_seq();
+            match u.int_in_range(0..=6u8).unwrap_or(0) {
+                0..=2 => {
+                    let d = fuzz_datagram(&mut u, base, PORT);
+                    let sender = if u.ratio(1, 16).unwrap_or(false) {
+                        9
+                    } else {
+                        0
+                    };
+                    pipe.on_datagram(now, &d, sender, &mut decode);
+                }
+                3 => {
+                    let raw: &[u8] = u.arbitrary().unwrap_or_default();
+                    pipe.on_datagram(now, raw, 0, &mut decode);
+                }
+                4 => {
+                    let d = fuzz_datagram(&mut u, base, PORT);
+                    let keep = u.int_in_range(0..=d.len()).unwrap_or(0);
+                    pipe.on_truncated(now, &d[..keep]);
+                }
+                5 => pipe.on_overrun(),
+                _ => {
+                    if u.ratio(1, 2).unwrap_or(true) {
+                        pipe.on_empty();
+                    } else {
+                        let ms = u.int_in_range(0..=200u64).unwrap_or(200);
+                        now += Duration::from_millis(ms);
+                        pipe.on_silence(now);
+                    }
+                }
+            }
+        }
+        while let Some((tag, _)) = pipe.poll_outcome() {
+            outcomes.push(tag);
+        }
+    }
+    assert_eq!(
+        outcomes,
+        (0..count).collect::<Vec<_>>(),
+        "not exactly one outcome per request, in order"
+    );
+}
+
+/// A datagram of a few messages for sequence numbers near `base` (the next
+/// number the pipeline would give): ACKs, errors, data, done.
+fn fuzz_datagram(u: &mut Unstructured<'_>, base: u32, port: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let n = u.int_in_range(1..=6usize).unwrap_or(1);
+    for _ in 0..n {
+        let back = u.int_in_range(0..=45u32).unwrap_or(0);
+        let seq = base.wrapping_sub(back);
+        let port = if u.ratio(1, 16).unwrap_or(false) {
+            port + 1
+        } else {
+            port
+        };
+        let (kind, payload): (u16, Vec<u8>) = match u.int_in_range(0..=3u8).unwrap_or(0) {
+            0 => (frame::NLMSG_ERROR, {
+                let mut p = 0i32.to_ne_bytes().to_vec();
+                p.extend_from_slice(&[0; 16]);
+                p
+            }),
+            1 => (frame::NLMSG_ERROR, {
+                let errno = u.int_in_range(1..=130i32).unwrap_or(1);
+                let mut p = (-errno).to_ne_bytes().to_vec();
+                p.extend_from_slice(&[0; 16]);
+                p
+            }),
+            2 => (0x20, vec![u.arbitrary().unwrap_or(1), 1, 0, 0]),
+            _ => (
+                frame::NLMSG_DONE,
+                u.int_in_range(-5..=0i32)
+                    .unwrap_or(0)
+                    .to_ne_bytes()
+                    .to_vec(),
+            ),
+        };
+        let flags = if kind == frame::NLMSG_ERROR {
+            0x100
+        } else {
+            frame::NLM_F_MULTI
+        };
+        out.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(&flags.to_ne_bytes());
+        out.extend_from_slice(&seq.to_ne_bytes());
+        out.extend_from_slice(&port.to_ne_bytes());
+        out.extend_from_slice(&payload);
+    }
+    out
 }
