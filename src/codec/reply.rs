@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use super::DecodeError;
 
 use super::attr::{
-    AttrView, DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs,
-    ServiceAttr, StatValue, StatsAttr, for_each_counter, kind,
+    DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs, ServiceAttr,
+    StatValue, StatsAttr, for_each_counter,
 };
 use super::consts::{cmd_attr, stats_attr};
 use super::frame;
@@ -100,7 +100,7 @@ fn find_nest(body: &[u8], want: u16) -> Result<Option<&[u8]>, DecodeError> {
     let mut found = None;
     for nla in RawAttrs::new(attrs) {
         let nla = nla?;
-        if !info && found.is_none() && kind(&nla) == want {
+        if !info && found.is_none() && nla.kind() == want {
             found = Some(nla.value());
         } else {
             IpvsAttr::parse_view(&nla, info)?;

@@ -8,8 +8,8 @@ use super::UnknownAttr;
 use crate::codec::DecodeError;
 
 use super::{
-    AttrView, ParseAttr, RawAddr, StatsAttr, cstr, emit_all, emit_cstr, fixed, kind, len_all,
-    other, parse_all,
+    ParseAttr, RawAddr, RawNla, StatsAttr, cstr, emit_all, emit_cstr, fixed, len_all, other,
+    parse_all,
 };
 use crate::codec::consts::svc_attr as a;
 
@@ -99,8 +99,10 @@ impl Nla for ServiceAttr {
     }
 }
 
+impl super::PushValue for ServiceAttr {}
+
 impl ParseAttr for ServiceAttr {
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         Ok(match ServiceAttr::parse_lean(nla)? {
             LeanServiceAttr::Attr(attr) => attr,
             LeanServiceAttr::SchedName(name) => Self::SchedName(name.into_owned()),
@@ -130,11 +132,9 @@ pub(crate) enum LeanServiceAttr<'a> {
 
 impl ServiceAttr {
     #[inline]
-    pub(crate) fn parse_lean<'v, V: AttrView<'v>>(
-        nla: &V,
-    ) -> Result<LeanServiceAttr<'v>, DecodeError> {
+    pub(crate) fn parse_lean<'v>(nla: &RawNla<'v>) -> Result<LeanServiceAttr<'v>, DecodeError> {
         let v = nla.value();
-        Ok(LeanServiceAttr::Attr(match kind(nla) {
+        Ok(LeanServiceAttr::Attr(match nla.kind() {
             a::AF => Self::Af(u16::from_ne_bytes(fixed("service AF", v)?)),
             a::PROTOCOL => Self::Protocol(u16::from_ne_bytes(fixed("service PROTOCOL", v)?)),
             a::ADDR => Self::Addr(RawAddr::new(v)?),
