@@ -76,6 +76,7 @@ impl Nla for DaemonAttr {
 impl super::PushValue for DaemonAttr {}
 
 impl ParseAttr for DaemonAttr {
+    #[inline]
     fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         let v = nla.value();
         Ok(match nla.kind() {

@@ -107,6 +107,7 @@ impl Nla for DestAttr {
 impl super::PushValue for DestAttr {}
 
 impl ParseAttr for DestAttr {
+    #[inline]
     fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         Ok(match DestAttr::parse_lean(nla)? {
             LeanDestAttr::Attr(attr) => attr,

@@ -102,6 +102,7 @@ impl Nla for ServiceAttr {
 impl super::PushValue for ServiceAttr {}
 
 impl ParseAttr for ServiceAttr {
+    #[inline]
     fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         Ok(match ServiceAttr::parse_lean(nla)? {
             LeanServiceAttr::Attr(attr) => attr,

@@ -105,6 +105,7 @@ impl IpvsAttr {
     /// Parses a top-level attribute. `info` selects the info attribute space
     /// (`GET_INFO` requests and `SET_INFO` replies), whose numbers overlap the
     /// command attributes.
+    #[inline]
     pub(crate) fn parse_view(nla: &RawNla<'_>, info: bool) -> Result<Self, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
