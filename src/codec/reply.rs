@@ -148,6 +148,9 @@ pub fn service_from_attrs(attrs: Vec<ServiceAttr>) -> Result<ServiceSnapshot, De
 /// assert!(frame::decode_message(&body).is_ok());
 /// ```
 pub fn service_from_body(body: &[u8]) -> Result<ServiceSnapshot, DecodeError> {
+    // The second decode path (see `attr::LeanServiceAttr` for why it is
+    // kept): the same parser and the same fold as `service`, without the
+    // owned attribute values in between.
     let nest = find_nest(body, cmd_attr::SERVICE)?.ok_or_else(|| missing("a service attribute"))?;
     let mut fold = ServiceFold::default();
     for nla in RawAttrs::new(nest) {
