@@ -1,5 +1,6 @@
 //! Codec cost on host, no kernel: decoding a dump of 10,000 services into
-//! `ServiceSnapshot`s, and encoding 10,000 NEW_DEST requests.
+//! `ServiceSnapshot`s (streaming from the bytes, and through the lossless
+//! `IpvsMessage`), and encoding 10,000 NEW_DEST requests.
 //!
 //! The dump is made from a real kernel reply (the `list-svcs` step of the
 //! newest 6.1 fixture in `tests/fixtures/`): its messages are replicated with
@@ -7,6 +8,11 @@
 //! datagrams of at most 32 KiB. Prints a summary line with the mean times.
 //!
 //! `cargo bench --bench codec`; `IPVSCTL_BENCH_SERVICES` changes the count.
+//! `IPVSCTL_BENCH_ONCE=1` runs each case once and exits, for counting
+//! instructions, which do not depend on how busy the machine is:
+//! `valgrind --tool=callgrind` on the bench binary, then
+//! `callgrind_annotate --inclusive=yes` gives the cost of `decode_dump`,
+//! `decode_dump_lossless` and `encode_dests`.
 
 #[path = "../tests/fixtures/capture.rs"]
 mod capture;
@@ -123,6 +129,7 @@ fn dump_datagrams(n: usize) -> Vec<Vec<u8>> {
 
 /// What a dump consumer does (`Handle::list_services`): split the
 /// datagrams into messages and decode each straight into a snapshot.
+#[inline(never)]
 fn decode_dump(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
     let mut out = Vec::with_capacity(10_000);
     for d in datagrams {
@@ -130,6 +137,24 @@ fn decode_dump(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
             let f = f.expect("frame");
             if let FrameBody::Data(body) = f.body {
                 out.push(reply::service_from_body(body).expect("service"));
+            }
+        }
+    }
+    out
+}
+
+/// The same dump read the lossless way: each message decoded into an
+/// [`IpvsMessage`] (every attribute kept) and then into a snapshot. Measured
+/// next to [`decode_dump`] to show what the streaming decoder saves.
+#[inline(never)]
+fn decode_dump_lossless(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
+    let mut out = Vec::with_capacity(10_000);
+    for d in datagrams {
+        for f in frame::frames(d) {
+            let f = f.expect("frame");
+            if let FrameBody::Data(body) = f.body {
+                let msg = frame::decode_message(body).expect("message");
+                out.push(reply::service(msg).expect("service"));
             }
         }
     }
@@ -153,6 +178,7 @@ fn dest_requests(n: usize) -> (ServiceKey, Vec<RealServer>) {
 
 /// What a batch sender does: build and encode each request into a send
 /// buffer, flushing it at the datagram size.
+#[inline(never)]
 fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize {
     let mut total = 0;
     buf.clear();
@@ -182,14 +208,26 @@ fn main() {
     let bytes: usize = datagrams.iter().map(Vec::len).sum();
     let decoded = decode_dump(&datagrams);
     assert_eq!(decoded.len(), n, "every service decodes");
+    assert_eq!(
+        decode_dump_lossless(&datagrams),
+        decoded,
+        "both decoders agree"
+    );
     let (key, rs) = dest_requests(n);
     let mut buf = Vec::with_capacity(DATAGRAM);
+    assert!(encode_dests(&key, &rs, &mut buf) > 0, "requests encoded");
+    if std::env::var_os("IPVSCTL_BENCH_ONCE").is_some() {
+        return;
+    }
 
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("codec");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function(format!("decode dump of {n} services"), |b| {
         b.iter(|| decode_dump(black_box(&datagrams)))
+    });
+    g.bench_function(format!("decode dump of {n} services, lossless"), |b| {
+        b.iter(|| decode_dump_lossless(black_box(&datagrams)))
     });
     g.bench_function(format!("encode {n} NEW_DEST requests"), |b| {
         b.iter(|| encode_dests(black_box(&key), black_box(&rs), &mut buf))

@@ -18,13 +18,6 @@ impl DecodeError {
     pub fn message(&self) -> &str {
         &self.message
     }
-
-    /// A netlink-packet-core error met while reading attributes.
-    pub(crate) fn from_wire(e: netlink_packet_core::DecodeError) -> Self {
-        DecodeError {
-            message: e.to_string(),
-        }
-    }
 }
 
 impl From<String> for DecodeError {

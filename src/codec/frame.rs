@@ -4,8 +4,10 @@
 //! The socket layer only moves the bytes; everything about their layout is
 //! here.
 
-use super::DecodeError;
+use netlink_packet_core::Nla;
 
+use super::DecodeError;
+use super::attr::{RawAttrs, push_attr};
 use super::message::{IpvsCmd, IpvsMessage};
 
 /// `struct nlmsghdr` length.
@@ -63,6 +65,37 @@ pub fn encode_request(
     seq: u32,
     flags: u16,
 ) -> Result<usize, EncodeError> {
+    let start = begin_request(out, family_id, flags, seq, msg.cmd.to_raw(), msg.version)?;
+    for attr in &msg.attrs {
+        // Checking the top level suffices: a nested attribute is never
+        // longer than the value that holds it.
+        let len = push_attr(out, attr);
+        if len > usize::from(u16::MAX) {
+            out.truncate(start);
+            return Err(EncodeError::AttributeTooLarge {
+                kind: attr.kind(),
+                len,
+            });
+        }
+    }
+    end_request(out, start)
+}
+
+/// Appends the netlink and generic-netlink headers of a request (with
+/// `NLM_F_REQUEST` added to `flags`), its length left for [`end_request`];
+/// returns where the message starts. The attributes go between the two
+/// calls. This is the one writer of request headers: [`encode_request`] and
+/// the controller's family lookup (`ctrl`) use it.
+///
+/// Fails, writing nothing, for a family id below `NLMSG_MIN_TYPE`.
+pub(crate) fn begin_request(
+    out: &mut Vec<u8>,
+    family_id: u16,
+    flags: u16,
+    seq: u32,
+    cmd: u8,
+    version: u8,
+) -> Result<usize, EncodeError> {
     if family_id < NLMSG_MIN_TYPE {
         return Err(EncodeError::UnresolvedFamily(family_id));
     }
@@ -72,12 +105,15 @@ pub fn encode_request(
     out.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&[msg.cmd.to_raw(), msg.version, 0, 0]);
-    // Every attribute is padded to 4 bytes, so the message is too.
-    if let Some((kind, len)) = super::request::write_message_attrs(out, &msg.attrs) {
-        out.truncate(start);
-        return Err(EncodeError::AttributeTooLarge { kind, len });
-    }
+    out.extend_from_slice(&[cmd, version, 0, 0]);
+    Ok(start)
+}
+
+/// Writes the length of the request that [`begin_request`] started at
+/// `start` and returns it. Every attribute is padded to 4 bytes, so the
+/// message is too. A message longer than a netlink length can say is
+/// removed from `out` and refused.
+pub(crate) fn end_request(out: &mut Vec<u8>, start: usize) -> Result<usize, EncodeError> {
     let total = out.len() - start;
     let Ok(len) = u32::try_from(total) else {
         out.truncate(start);
@@ -293,10 +329,10 @@ fn parse_error(flags: u16, payload: &[u8]) -> Result<NlError, DecodeError> {
         align4(u32_at(payload, 4) as usize)
     };
     let tlvs = payload.get(4 + echoed..).unwrap_or(&[]);
-    for nla in netlink_packet_core::NlasIterator::new(tlvs) {
-        let nla = nla.map_err(DecodeError::from_wire)?;
+    for nla in RawAttrs::new(tlvs) {
+        let nla = nla?;
         let value = nla.value();
-        match nla.kind() & super::consts::NLA_TYPE_MASK {
+        match nla.kind() {
             NLMSGERR_ATTR_MSG => err.message = Some(super::attr::parse_cstr(value)),
             NLMSGERR_ATTR_OFFS if value.len() == 4 => err.bad_attr_offset = Some(u32_at(value, 0)),
             NLMSGERR_ATTR_MISS_TYPE if value.len() == 4 => {
@@ -334,11 +370,12 @@ mod tests {
         assert!(out.is_empty());
     }
 
-    /// The attribute bytes are those netlink-packet-core's `Emitable`
-    /// writes, for every kind of top-level attribute and for nests that hold
-    /// nests.
+    /// The two public ways out, `encode_request` and `IpvsMessage`'s
+    /// `Emitable`, write the same attribute bytes, for every kind of
+    /// top-level attribute and for nests that hold nests; and decoding them
+    /// gives the message back.
     #[test]
-    fn attributes_are_the_bytes_emitable_writes() {
+    fn encode_request_and_emitable_agree() {
         use crate::codec::attr::{IpvsAttr, ServiceAttr, StatValue, StatsAttr};
         use crate::codec::request;
         use crate::model::{
@@ -381,7 +418,43 @@ mod tests {
             assert_eq!(n, NLMSG_HDRLEN + GENL_HDRLEN + body, "{msg:?}");
             assert_eq!(out[..4], (n as u32).to_ne_bytes(), "{msg:?}");
             assert_eq!(out[NLMSG_HDRLEN + GENL_HDRLEN..], reference[..], "{msg:?}");
+            assert_eq!(decode_message(&out[NLMSG_HDRLEN..]).unwrap(), msg);
         }
+    }
+
+    /// A NEW_DEST request, byte for byte as the kernel's `ip_vs.h` lays it
+    /// out (x86-64 byte order; ports big-endian): re-decoding gives the
+    /// message back.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn new_dest_request_bytes() {
+        use crate::codec::request;
+        use crate::model::{RealServer, ServiceKey};
+        let key = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+        let rs = RealServer::new("10.244.0.1:8080".parse().unwrap()).with_weight(3);
+        let msg = request::new_dest(&key, &rs).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(encode_request(&mut out, &msg, 0x24, 9, NLM_F_ACK), Ok(140));
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            140, 0, 0, 0, 0x24, 0, 5, 0, 9, 0, 0, 0, 0, 0, 0, 0, // nlmsghdr
+            5, 1, 0, 0, // IPVS_CMD_NEW_DEST, version 1
+            48, 0, 1, 0, // SERVICE
+            6, 0, 1, 0, 2, 0, 0, 0, // AF_INET
+            6, 0, 2, 0, 6, 0, 0, 0, // IPPROTO_TCP
+            20, 0, 3, 0, 10, 96, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // ADDR
+            6, 0, 4, 0, 0, 80, 0, 0, // PORT 80
+            72, 0, 2, 0, // DEST
+            20, 0, 1, 0, 10, 244, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // ADDR
+            6, 0, 2, 0, 0x1f, 0x90, 0, 0, // PORT 8080
+            8, 0, 3, 0, 3, 0, 0, 0, // FWD_METHOD direct routing (the default)
+            8, 0, 4, 0, 3, 0, 0, 0, // WEIGHT 3
+            8, 0, 5, 0, 0, 0, 0, 0, // U_THRESH
+            8, 0, 6, 0, 0, 0, 0, 0, // L_THRESH
+            6, 0, 11, 0, 2, 0, 0, 0, // ADDR_FAMILY AF_INET
+        ];
+        assert_eq!(out, want);
+        assert_eq!(decode_message(&out[NLMSG_HDRLEN..]).unwrap(), msg);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use netlink_packet_core::Emitable;
 
 use super::DecodeError;
 
-use super::attr::{IpvsAttr, emit_all, len_all};
+use super::attr::{IpvsAttr, RawAttrs, emit_all, len_all};
 use super::consts::FAMILY_VERSION;
 
 /// IPVS commands (`IPVS_CMD_*`). `#[non_exhaustive]`: a command a newer
@@ -132,7 +132,7 @@ impl IpvsMessage {
     pub(crate) fn parse_attrs(cmd: IpvsCmd, version: u8, buf: &[u8]) -> Result<Self, DecodeError> {
         let info = cmd.carries_info();
         let mut attrs = Vec::with_capacity(2);
-        for nla in super::attr::RawAttrs::new(buf) {
+        for nla in RawAttrs::new(buf) {
             attrs.push(IpvsAttr::parse_view(&nla?, info)?);
         }
         Ok(IpvsMessage {

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use super::DecodeError;
 
 use super::attr::{
-    AttrView, DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs,
-    ServiceAttr, StatValue, StatsAttr, for_each_counter, kind,
+    DaemonAttr, DestAttr, IpvsAttr, LeanDestAttr, LeanServiceAttr, RawAddr, RawAttrs, ServiceAttr,
+    StatValue, StatsAttr, for_each_counter,
 };
 use super::consts::{cmd_attr, stats_attr};
 use super::frame;
@@ -100,7 +100,7 @@ fn find_nest(body: &[u8], want: u16) -> Result<Option<&[u8]>, DecodeError> {
     let mut found = None;
     for nla in RawAttrs::new(attrs) {
         let nla = nla?;
-        if !info && found.is_none() && kind(&nla) == want {
+        if !info && found.is_none() && nla.kind() == want {
             found = Some(nla.value());
         } else {
             IpvsAttr::parse_view(&nla, info)?;
@@ -148,6 +148,9 @@ pub fn service_from_attrs(attrs: Vec<ServiceAttr>) -> Result<ServiceSnapshot, De
 /// assert!(frame::decode_message(&body).is_ok());
 /// ```
 pub fn service_from_body(body: &[u8]) -> Result<ServiceSnapshot, DecodeError> {
+    // The second decode path (see `attr::LeanServiceAttr` for why it is
+    // kept): the same parser and the same fold as `service`, without the
+    // owned attribute values in between.
     let nest = find_nest(body, cmd_attr::SERVICE)?.ok_or_else(|| missing("a service attribute"))?;
     let mut fold = ServiceFold::default();
     for nla in RawAttrs::new(nest) {

@@ -4,9 +4,7 @@
 
 use std::net::SocketAddr;
 
-use netlink_packet_core::Nla;
-
-use super::attr::{DaemonAttr, DestAttr, IpvsAttr, RawAddr, ServiceAttr};
+use super::attr::{DaemonAttr, DestAttr, IpvsAttr, RawAddr, ServiceAttr, push_attr};
 use super::message::{IpvsCmd, IpvsMessage};
 use crate::model::{
     DaemonRole, ForwardMethod, RealServer, ServiceFlags, ServiceKey, SyncDaemon, Timeouts,
@@ -16,7 +14,8 @@ use crate::model::{
 // Which attributes a request carries is decided once, in the `each_*`
 // functions below; the builders collect them into message values and the
 // `write_*` functions (the bulk sync's direct path) emit them straight into
-// a send buffer. Either way the attribute enums write the bytes.
+// a send buffer. Either way the attribute enums write the values and
+// `attr::push_attr` the headers.
 
 /// The attributes that identify a service: AF, then FWMARK or PROTOCOL + ADDR +
 /// PORT (the order the kernel itself uses in replies).
@@ -101,102 +100,36 @@ fn dest_attrs(key: &ServiceKey, rs: &RealServer) -> Result<Vec<DestAttr>, Valida
     Ok(attrs)
 }
 
-/// Appends one attribute, header and padding included: the bytes of
-/// netlink-packet-core's `Emitable::emit` (the byte-equality tests compare
-/// them), with the value's length computed once instead of four times and
-/// no buffer wrapper, which halves the cost of the bulk sync's encoding
-/// under emulation. The value itself is written by the attribute enum.
-fn push_attr<A: Nla>(out: &mut Vec<u8>, attr: &A) {
-    let value_len = attr.value_len();
-    let kind = header_kind(attr);
-    let at = out.len();
-    let len = (value_len + NLA_HEADER) as u16;
-    out.extend_from_slice(&len.to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.resize(at + NLA_HEADER + value_len.next_multiple_of(4), 0);
-    attr.emit_value(&mut out[at + NLA_HEADER..at + NLA_HEADER + value_len]);
-}
-
-/// Bytes of an attribute header (length and type).
-const NLA_HEADER: usize = 4;
-
-/// The type field of an attribute's header: its kind with the byte-order
-/// and nested flags, as netlink-packet-core writes it.
-fn header_kind<A: Nla>(attr: &A) -> u16 {
-    let mut kind = attr.kind();
-    if attr.is_network_byteorder() {
-        kind |= netlink_packet_core::NLA_F_NET_BYTEORDER;
-    }
-    if attr.is_nested() {
-        kind |= netlink_packet_core::NLA_F_NESTED;
-    }
-    kind
-}
-
-/// Appends a message's top-level attributes, as `Emitable::emit` would
-/// write them: the nests of a service, real server or daemon with each
-/// member through [`push_attr`] (their lengths computed once), anything
-/// else whole. Returns the kind and length (header included) of the first
-/// top-level attribute longer than the 16-bit length field can say, which
-/// the framing refuses. Checking the top level suffices: a nested attribute
-/// is never longer than the value that holds it.
-pub(crate) fn write_message_attrs(out: &mut Vec<u8>, attrs: &[IpvsAttr]) -> Option<(u16, usize)> {
-    let mut too_long = None;
-    for attr in attrs {
-        let len = match attr {
-            // A nest's members are padded, so the nest needs no padding.
-            IpvsAttr::Service(v) => write_nest(out, attr, v),
-            IpvsAttr::Dest(v) => write_nest(out, attr, v),
-            IpvsAttr::Daemon(v) => write_nest(out, attr, v),
-            _ => {
-                push_attr(out, attr);
-                NLA_HEADER + attr.value_len()
-            }
-        };
-        if len > usize::from(u16::MAX) {
-            too_long = too_long.or(Some((attr.kind(), len)));
-        }
-    }
-    too_long
-}
-
-/// A nested attribute `attr` whose members are `members`: the header, then
-/// each member, then the length (cut to 16 bits like any netlink length;
-/// the caller refuses messages where that matters).
-fn write_nest<A: Nla>(out: &mut Vec<u8>, attr: &IpvsAttr, members: &[A]) -> usize {
-    let at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&header_kind(attr).to_ne_bytes());
-    for m in members {
-        push_attr(out, m);
-    }
-    let len = out.len() - at;
-    out[at..at + 2].copy_from_slice(&(len as u16).to_ne_bytes());
-    len
-}
-
 /// Appends the attributes of a service key (see `each_key_attr`) to `out`,
 /// as [`del_service`] would carry them: for writers that frame requests
 /// themselves. Validates nothing.
 pub(crate) fn write_key_attrs(out: &mut Vec<u8>, key: &ServiceKey) {
-    each_key_attr(key, |a| push_attr(out, &a));
+    each_key_attr(key, |a| {
+        push_attr(out, &a);
+    });
 }
 
 /// Appends a service's attributes as [`new_service`] carries them.
 /// Validates nothing: the caller has.
 pub(crate) fn write_service_attrs(out: &mut Vec<u8>, vs: &VirtualServer) {
-    each_service_attr(vs, |a| push_attr(out, &a));
+    each_service_attr(vs, |a| {
+        push_attr(out, &a);
+    });
 }
 
 /// Appends a real server's attributes as [`new_dest`] carries them.
 /// Validates nothing: the caller has.
 pub(crate) fn write_dest_attrs(out: &mut Vec<u8>, rs: &RealServer) {
-    each_dest_attr(rs, |a| push_attr(out, &a));
+    each_dest_attr(rs, |a| {
+        push_attr(out, &a);
+    });
 }
 
 /// Appends the real-server attributes of [`del_dest`].
 pub(crate) fn write_del_dest_attrs(out: &mut Vec<u8>, addr: SocketAddr) {
-    each_del_dest_attr(addr, |a| push_attr(out, &a));
+    each_del_dest_attr(addr, |a| {
+        push_attr(out, &a);
+    });
 }
 
 /// `NEW_SERVICE`: add a virtual server.

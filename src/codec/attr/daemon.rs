@@ -7,7 +7,7 @@ use netlink_packet_core::Nla;
 use super::UnknownAttr;
 use crate::codec::DecodeError;
 
-use super::{AttrView, ParseAttr, emit_cstr, fixed, kind, other, parse_cstr};
+use super::{ParseAttr, RawNla, emit_cstr, fixed, other, parse_cstr};
 use crate::codec::consts::daemon_attr as a;
 
 /// One attribute nested in `IPVS_CMD_ATTR_DAEMON`.
@@ -73,10 +73,13 @@ impl Nla for DaemonAttr {
     }
 }
 
+impl super::PushValue for DaemonAttr {}
+
 impl ParseAttr for DaemonAttr {
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+    #[inline]
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         let v = nla.value();
-        Ok(match kind(nla) {
+        Ok(match nla.kind() {
             a::STATE => Self::State(u32::from_ne_bytes(fixed("daemon STATE", v)?)),
             a::MCAST_IFN => Self::McastIfn(parse_cstr(v)),
             a::SYNC_ID => Self::SyncId(u32::from_ne_bytes(fixed("daemon SYNC_ID", v)?)),

@@ -5,9 +5,7 @@ use netlink_packet_core::Nla;
 use super::UnknownAttr;
 use crate::codec::DecodeError;
 
-use super::{
-    AttrView, ParseAttr, RawAddr, StatsAttr, emit_all, fixed, kind, len_all, other, parse_all,
-};
+use super::{ParseAttr, RawAddr, RawNla, StatsAttr, emit_all, fixed, len_all, other, parse_all};
 use crate::codec::consts::dest_attr as a;
 
 /// One attribute nested in `IPVS_CMD_ATTR_DEST`.
@@ -106,8 +104,11 @@ impl Nla for DestAttr {
     }
 }
 
+impl super::PushValue for DestAttr {}
+
 impl ParseAttr for DestAttr {
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+    #[inline]
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         Ok(match DestAttr::parse_lean(nla)? {
             LeanDestAttr::Attr(attr) => attr,
             LeanDestAttr::Stats(nest) => Self::Stats(parse_all(nest)?),
@@ -129,12 +130,10 @@ pub(crate) enum LeanDestAttr<'a> {
 
 impl DestAttr {
     #[inline]
-    pub(crate) fn parse_lean<'v, V: AttrView<'v>>(
-        nla: &V,
-    ) -> Result<LeanDestAttr<'v>, DecodeError> {
+    pub(crate) fn parse_lean<'v>(nla: &RawNla<'v>) -> Result<LeanDestAttr<'v>, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
-        Ok(LeanDestAttr::Attr(match kind(nla) {
+        Ok(LeanDestAttr::Attr(match nla.kind() {
             a::ADDR => Self::Addr(RawAddr::new(v)?),
             a::PORT => Self::Port(u16::from_be_bytes(fixed("dest PORT", v)?)),
             a::FWD_METHOD => Self::FwdMethod(u32_of("dest FWD_METHOD")?),

@@ -14,6 +14,7 @@ mod dest;
 mod service;
 mod stats;
 mod top;
+mod wire;
 
 pub use daemon::DaemonAttr;
 pub use dest::DestAttr;
@@ -23,6 +24,9 @@ pub use service::ServiceAttr;
 pub(crate) use stats::for_each_counter;
 pub use stats::{StatValue, StatsAttr};
 pub use top::IpvsAttr;
+pub(crate) use wire::{
+    PushValue, RawAttrs, RawNla, emit_all, len_all, push_attr, push_whole_value,
+};
 
 use crate::codec::DecodeError;
 
@@ -90,85 +94,10 @@ impl RawAddr {
     }
 }
 
-/// One attribute as found in a buffer: its type (with the flag bits) and
-/// value. Cheaper than netlink-packet-core's `NlaBuffer` on the decode path,
-/// which dominates the cost of reading large dumps.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawNla<'a> {
-    raw_kind: u16,
-    value: &'a [u8],
-}
-
-/// Read access to an attribute ([`RawNla`]), so each attribute enum has one
-/// parser whatever holds the bytes.
-pub(crate) trait AttrView<'a> {
-    /// The type with `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER` as sent.
-    fn raw_kind(&self) -> u16;
-    /// The value, without header or padding, borrowed from the buffer.
-    fn value(&self) -> &'a [u8];
-}
-
-impl<'a> AttrView<'a> for RawNla<'a> {
-    fn raw_kind(&self) -> u16 {
-        self.raw_kind
-    }
-    fn value(&self) -> &'a [u8] {
-        self.value
-    }
-}
-
-/// Iterates the attributes of a buffer. A length field that is too short or
-/// runs past the buffer is an error, after which iteration stops; missing
-/// padding after the last attribute is accepted, as the kernel does.
-pub(crate) struct RawAttrs<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> RawAttrs<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Self {
-        RawAttrs { buf }
-    }
-}
-
-impl<'a> Iterator for RawAttrs<'a> {
-    type Item = Result<RawNla<'a>, DecodeError>;
-
-    #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
-        let b = self.buf;
-        if b.is_empty() {
-            return None;
-        }
-        let header = b.get(..4).map(|h| {
-            (
-                usize::from(u16::from_ne_bytes([h[0], h[1]])),
-                u16::from_ne_bytes([h[2], h[3]]),
-            )
-        });
-        match header {
-            Some((len, raw_kind)) if len >= 4 && len <= b.len() => {
-                self.buf = b.get((len + 3) & !3..).unwrap_or(&[]);
-                Some(Ok(RawNla {
-                    raw_kind,
-                    value: &b[4..len],
-                }))
-            }
-            _ => {
-                self.buf = &[];
-                Some(Err(DecodeError::from(format!(
-                    "malformed attribute: {} bytes left, length field {}",
-                    b.len(),
-                    b.get(..2).map_or(0, |l| u16::from_ne_bytes([l[0], l[1]]))
-                ))))
-            }
-        }
-    }
-}
-
-/// An attribute enum's parser, over any [`AttrView`].
+/// An attribute enum's parser.
 pub(crate) trait ParseAttr: Sized {
     /// Parses one attribute.
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError>;
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError>;
 }
 
 /// Iterates the attributes in `buf`, parsing each. A truncated or malformed
@@ -183,14 +112,9 @@ pub(crate) fn parse_all<T: ParseAttr>(buf: &[u8]) -> Result<Vec<T>, DecodeError>
     Ok(out)
 }
 
-/// The attribute type without the `NESTED` and `NET_BYTEORDER` bits.
-pub(crate) fn kind<'v, V: AttrView<'v>>(nla: &V) -> u16 {
-    nla.raw_kind() & super::consts::NLA_TYPE_MASK
-}
-
 /// An attribute this crate does not interpret, kept for re-emission with
 /// its type bits as sent.
-pub(crate) fn other<'v, V: AttrView<'v>>(nla: &V) -> Result<UnknownAttr, DecodeError> {
+pub(crate) fn other(nla: &RawNla<'_>) -> Result<UnknownAttr, DecodeError> {
     Ok(UnknownAttr::new(nla.raw_kind(), nla.value().to_vec()))
 }
 
@@ -239,31 +163,7 @@ impl netlink_packet_core::Nla for UnknownAttr {
     }
 }
 
-/// Emits a list of attributes into `buf` (which is exactly their length).
-pub(crate) fn emit_all<T: netlink_packet_core::Nla>(attrs: &[T], buf: &mut [u8]) {
-    netlink_packet_core::Emitable::emit(&attrs, buf);
-    // netlink-packet-core drops `NLA_F_NET_BYTEORDER` from a type that also
-    // has `NLA_F_NESTED` (only an `Other` attribute can have both): write
-    // such types back as they were parsed.
-    const BOTH: u16 = netlink_packet_core::NLA_F_NESTED | netlink_packet_core::NLA_F_NET_BYTEORDER;
-    if !attrs.iter().any(|a| a.kind() & BOTH == BOTH) {
-        return;
-    }
-    let mut at = 0;
-    for a in attrs {
-        if a.kind() & BOTH == BOTH
-            && let Some(field) = buf.get_mut(at + 2..at + 4)
-        {
-            field.copy_from_slice(&a.kind().to_ne_bytes());
-        }
-        at += netlink_packet_core::Emitable::buffer_len(a);
-    }
-}
-
-/// The total emitted length of a list of attributes.
-pub(crate) fn len_all<T: netlink_packet_core::Nla>(attrs: &[T]) -> usize {
-    netlink_packet_core::Emitable::buffer_len(&attrs)
-}
+impl PushValue for UnknownAttr {}
 
 /// Reads a NUL-terminated string (the NUL and anything after it dropped).
 /// Invalid UTF-8 is replaced rather than rejected: names are ASCII in every

@@ -8,8 +8,8 @@ use super::UnknownAttr;
 use crate::codec::DecodeError;
 
 use super::{
-    AttrView, ParseAttr, RawAddr, StatsAttr, cstr, emit_all, emit_cstr, fixed, kind, len_all,
-    other, parse_all,
+    ParseAttr, RawAddr, RawNla, StatsAttr, cstr, emit_all, emit_cstr, fixed, len_all, other,
+    parse_all,
 };
 use crate::codec::consts::svc_attr as a;
 
@@ -99,8 +99,11 @@ impl Nla for ServiceAttr {
     }
 }
 
+impl super::PushValue for ServiceAttr {}
+
 impl ParseAttr for ServiceAttr {
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+    #[inline]
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         Ok(match ServiceAttr::parse_lean(nla)? {
             LeanServiceAttr::Attr(attr) => attr,
             LeanServiceAttr::SchedName(name) => Self::SchedName(name.into_owned()),
@@ -115,6 +118,11 @@ impl ParseAttr for ServiceAttr {
 /// and statistics nests left as bytes for a streaming reader
 /// ([`super::stats::for_each_counter`]). The large-dump decoder uses it; the
 /// enum's own parser is built on it, so both read the bytes the same way.
+///
+/// This is the codec's one second path, kept because it halves the cost of
+/// reading a dump: `benches/codec.rs` counts 2,960 instructions per service
+/// streamed (`reply::service_from_body`) against 5,810 through
+/// [`ServiceAttr`] and `IpvsMessage` (callgrind; docs/performance.md).
 pub(crate) enum LeanServiceAttr<'a> {
     /// Any attribute with a fixed-size value, or one this crate does not know.
     Attr(ServiceAttr),
@@ -130,11 +138,9 @@ pub(crate) enum LeanServiceAttr<'a> {
 
 impl ServiceAttr {
     #[inline]
-    pub(crate) fn parse_lean<'v, V: AttrView<'v>>(
-        nla: &V,
-    ) -> Result<LeanServiceAttr<'v>, DecodeError> {
+    pub(crate) fn parse_lean<'v>(nla: &RawNla<'v>) -> Result<LeanServiceAttr<'v>, DecodeError> {
         let v = nla.value();
-        Ok(LeanServiceAttr::Attr(match kind(nla) {
+        Ok(LeanServiceAttr::Attr(match nla.kind() {
             a::AF => Self::Af(u16::from_ne_bytes(fixed("service AF", v)?)),
             a::PROTOCOL => Self::Protocol(u16::from_ne_bytes(fixed("service PROTOCOL", v)?)),
             a::ADDR => Self::Addr(RawAddr::new(v)?),

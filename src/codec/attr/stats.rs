@@ -6,7 +6,7 @@ use netlink_packet_core::Nla;
 use super::UnknownAttr;
 use crate::codec::DecodeError;
 
-use super::{AttrView, ParseAttr, RawAttrs, kind, other};
+use super::{ParseAttr, RawAttrs, RawNla, other};
 use crate::codec::consts::stats_attr as a;
 
 /// A counter as sent: `STATS` carries most counters as u32 and bytes as u64;
@@ -160,7 +160,7 @@ pub(crate) fn for_each_counter(
 ) -> Result<(), DecodeError> {
     for nla in RawAttrs::new(nest) {
         let nla = nla?;
-        let k = kind(&nla);
+        let k = nla.kind();
         if is_counter(k) {
             f(k, StatValue::parse(nla.value())?);
         }
@@ -174,11 +174,13 @@ fn is_counter(kind: u16) -> bool {
     (a::CONNS..=a::OUTBPS).contains(&kind)
 }
 
+impl super::PushValue for StatsAttr {}
+
 impl ParseAttr for StatsAttr {
     #[inline]
-    fn parse_view<'v, V: AttrView<'v>>(nla: &V) -> Result<Self, DecodeError> {
+    fn parse_view(nla: &RawNla<'_>) -> Result<Self, DecodeError> {
         let v = nla.value();
-        Ok(match kind(nla) {
+        Ok(match nla.kind() {
             a::CONNS => Self::Conns(StatValue::parse(v)?),
             a::INPKTS => Self::InPkts(StatValue::parse(v)?),
             a::OUTPKTS => Self::OutPkts(StatValue::parse(v)?),

@@ -7,7 +7,8 @@ use super::UnknownAttr;
 use crate::codec::DecodeError;
 
 use super::{
-    AttrView, DaemonAttr, DestAttr, ServiceAttr, emit_all, fixed, kind, len_all, other, parse_all,
+    DaemonAttr, DestAttr, RawNla, ServiceAttr, emit_all, fixed, len_all, other, parse_all,
+    push_attr, push_whole_value,
 };
 use crate::codec::consts::{cmd_attr as a, info_attr};
 
@@ -80,17 +81,35 @@ impl Nla for IpvsAttr {
     }
 }
 
+impl super::PushValue for IpvsAttr {
+    /// A nest's members are appended one by one (see `PushValue`); they are
+    /// padded, so the nest needs no padding of its own.
+    #[inline]
+    fn push_value(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Service(v) => v.iter().for_each(|m| {
+                push_attr(out, m);
+            }),
+            Self::Dest(v) => v.iter().for_each(|m| {
+                push_attr(out, m);
+            }),
+            Self::Daemon(v) => v.iter().for_each(|m| {
+                push_attr(out, m);
+            }),
+            _ => push_whole_value(self, out),
+        }
+    }
+}
+
 impl IpvsAttr {
     /// Parses a top-level attribute. `info` selects the info attribute space
     /// (`GET_INFO` requests and `SET_INFO` replies), whose numbers overlap the
     /// command attributes.
-    pub(crate) fn parse_view<'v, V: AttrView<'v>>(
-        nla: &V,
-        info: bool,
-    ) -> Result<Self, DecodeError> {
+    #[inline]
+    pub(crate) fn parse_view(nla: &RawNla<'_>, info: bool) -> Result<Self, DecodeError> {
         let v = nla.value();
         let u32_of = |what| fixed::<4>(what, v).map(u32::from_ne_bytes);
-        Ok(match (info, kind(nla)) {
+        Ok(match (info, nla.kind()) {
             (true, info_attr::VERSION) => Self::InfoVersion(u32_of("info VERSION")?),
             (true, info_attr::CONN_TAB_SIZE) => {
                 Self::InfoConnTabSize(u32_of("info CONN_TAB_SIZE")?)
