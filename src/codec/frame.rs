@@ -99,6 +99,24 @@ pub(crate) fn begin_request(
     if family_id < NLMSG_MIN_TYPE {
         return Err(EncodeError::UnresolvedFamily(family_id));
     }
+    Ok(push_request_header(
+        out, family_id, flags, seq, cmd, version,
+    ))
+}
+
+/// The header writer behind [`begin_request`], for callers that checked the
+/// family id once for many requests (the sync's write path): appends the
+/// netlink and generic-netlink headers with a zero length and returns where
+/// the request starts.
+#[inline]
+pub(crate) fn push_request_header(
+    out: &mut Vec<u8>,
+    family_id: u16,
+    flags: u16,
+    seq: u32,
+    cmd: u8,
+    version: u8,
+) -> usize {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&family_id.to_ne_bytes());
@@ -106,7 +124,7 @@ pub(crate) fn begin_request(
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
     out.extend_from_slice(&[cmd, version, 0, 0]);
-    Ok(start)
+    start
 }
 
 /// Writes the length of the request that [`begin_request`] started at

@@ -21,68 +21,48 @@
 use std::io;
 use std::sync::mpsc;
 
+use crate::codec::attr::{begin_nest, end_nest};
 use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
-use crate::codec::frame::{NLM_F_ACK, NLM_F_REQUEST};
+use crate::codec::frame::{self, NLM_F_ACK};
 use crate::codec::request;
 use crate::handle::outcome;
 use crate::netlink::pipeline::{Kind, Limits, Pipeline, Push, Reply};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
 
-/// Starts a nested attribute; [`end`] writes its length.
-fn begin(out: &mut Vec<u8>, kind: u16) -> usize {
-    let at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&kind.to_ne_bytes());
-    at
-}
-
-fn end(out: &mut [u8], at: usize) {
-    let len = (out.len() - at) as u16;
-    out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
-}
-
 /// Appends one request for `op`, with `NLM_F_ACK` when `ack`. The operation
 /// must be valid (plan operations are: desired values are validated on
 /// insertion, deletes name objects the kernel reported).
 pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32, ack: bool) {
-    let start = out.len();
-    let flags = if ack {
-        NLM_F_REQUEST | NLM_F_ACK
-    } else {
-        NLM_F_REQUEST
-    };
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&family.to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&[op.cmd().to_raw(), FAMILY_VERSION, 0, 0]);
-    let svc = begin(out, cmd_attr::SERVICE);
+    let flags = if ack { NLM_F_ACK } else { 0 };
+    let start =
+        frame::push_request_header(out, family, flags, seq, op.cmd().to_raw(), FAMILY_VERSION);
+    let svc = begin_nest(out, cmd_attr::SERVICE);
     match op {
         Op::AddService(vs) | Op::UpdateService(vs) => {
             request::write_service_attrs(out, vs);
-            end(out, svc);
+            end_nest(out, svc);
         }
         Op::DeleteService(key) => {
             request::write_key_attrs(out, key);
-            end(out, svc);
+            end_nest(out, svc);
         }
         Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
             request::write_key_attrs(out, key);
-            end(out, svc);
-            let d = begin(out, cmd_attr::DEST);
+            end_nest(out, svc);
+            let d = begin_nest(out, cmd_attr::DEST);
             request::write_dest_attrs(out, rs);
-            end(out, d);
+            end_nest(out, d);
         }
         Op::DeleteDestination(key, addr) => {
             request::write_key_attrs(out, key);
-            end(out, svc);
-            let d = begin(out, cmd_attr::DEST);
+            end_nest(out, svc);
+            let d = begin_nest(out, cmd_attr::DEST);
             request::write_del_dest_attrs(out, *addr);
-            end(out, d);
+            end_nest(out, d);
         }
     }
+    // Plan operations are far below netlink's 4 GiB length limit.
     let len = (out.len() - start) as u32;
     out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
 }

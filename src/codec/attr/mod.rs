@@ -25,7 +25,8 @@ pub(crate) use stats::for_each_counter;
 pub use stats::{StatValue, StatsAttr};
 pub use top::IpvsAttr;
 pub(crate) use wire::{
-    PushValue, RawAttrs, RawNla, emit_all, len_all, push_attr, push_whole_value,
+    PushValue, RawAttrs, RawNla, begin_nest, emit_all, end_nest, len_all, push_attr,
+    push_whole_value,
 };
 
 use crate::codec::DecodeError;

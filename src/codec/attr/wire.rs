@@ -144,6 +144,24 @@ pub(crate) fn push_attr<T: PushValue>(out: &mut Vec<u8>, attr: &T) -> usize {
     len
 }
 
+/// Starts a nested attribute of type `kind` whose members the caller
+/// appends (with [`push_attr`] or the `request::write_*` functions);
+/// [`end_nest`] writes its length. Members are padded, so the nest is too.
+#[inline]
+pub(crate) fn begin_nest(out: &mut Vec<u8>, kind: u16) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0; NLA_HEADER]);
+    write_header(&mut out[at..], NLA_HEADER, kind);
+    at
+}
+
+/// Writes the length of the nest [`begin_nest`] started at `at`.
+#[inline]
+pub(crate) fn end_nest(out: &mut [u8], at: usize) {
+    let len = out.len() - at;
+    out[at..at + 2].copy_from_slice(&(len as u16).to_ne_bytes());
+}
+
 /// Writes a list of attributes into `buf`, which is exactly [`len_all`]
 /// bytes long (a nest's value, or a message's attributes): the writer behind
 /// the attribute enums' `Nla::emit_value` and `IpvsMessage`'s `Emitable`.
