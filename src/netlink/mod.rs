@@ -15,6 +15,7 @@
 
 mod exchange;
 pub mod netns;
+pub(crate) mod route;
 mod socket;
 
 pub use exchange::{Exchange, Failure, Kind, Reply};
