@@ -117,6 +117,7 @@ pub mod netlink;
 pub mod nodeips;
 pub mod sync;
 pub mod sysctl;
+pub mod vip;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, Op, Result};
