@@ -476,3 +476,8 @@ fn errno_error(errno: i32) -> NlError {
         ..NlError::default()
     }
 }
+
+/// The guide's examples (`docs/guide.md`), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide.md")]
+pub struct GuideDoctests;
