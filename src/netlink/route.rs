@@ -112,8 +112,12 @@ impl RouteSocket {
         // carry the kernel's reason for a refusal.
         socket.set_cap_ack(true)?;
         socket.set_ext_ack(true)?;
-        // Best effort: a smaller buffer only means smaller batches.
-        let _ = socket.set_rx_buf_sz(SOCKET_RCVBUF);
+        // Forced past `rmem_max` where permitted (CAP_NET_ADMIN), else as
+        // large as allowed; best effort, callers' batches fit the default.
+        if rustix::net::sockopt::set_socket_recv_buffer_size_force(&socket, SOCKET_RCVBUF).is_err()
+        {
+            let _ = socket.set_rx_buf_sz(SOCKET_RCVBUF);
+        }
         Ok(socket)
     }
 
