@@ -41,12 +41,7 @@ impl VipDevice {
             if link.flags & wire::IFF_UP != 0 {
                 return Ok((link, false, false));
             }
-            let mut bytes = Vec::new();
-            let seq = rtnl.next_seq();
-            wire::set_up(&mut bytes, seq, link.index);
-            if let Some(err) = self.request(rtnl, &bytes, seq, BRING_UP, &mut |_, _| Ok(()))? {
-                return Err(self.kernel(BRING_UP, &err));
-            }
+            self.bring_up(rtnl, link.index)?;
             return Ok((link, false, true));
         }
         let mut bytes = Vec::new();
@@ -64,15 +59,21 @@ impl VipDevice {
         let link = self.check_dummy(link)?;
         if !created && link.flags & wire::IFF_UP == 0 {
             // Someone else's fresh dummy of that name, still down.
-            let mut bytes = Vec::new();
-            let seq = rtnl.next_seq();
-            wire::set_up(&mut bytes, seq, link.index);
-            if let Some(err) = self.request(rtnl, &bytes, seq, BRING_UP, &mut |_, _| Ok(()))? {
-                return Err(self.kernel(BRING_UP, &err));
-            }
+            self.bring_up(rtnl, link.index)?;
             return Ok((link, false, true));
         }
         Ok((link, created, false))
+    }
+
+    /// Sets `IFF_UP` on interface `index`.
+    fn bring_up(&self, rtnl: &mut RouteSocket, index: u32) -> Result<(), VipError> {
+        let mut bytes = Vec::new();
+        let seq = rtnl.next_seq();
+        wire::set_up(&mut bytes, seq, index);
+        match self.request(rtnl, &bytes, seq, BRING_UP, &mut |_, _| Ok(()))? {
+            None => Ok(()),
+            Some(err) => Err(self.kernel(BRING_UP, &err)),
+        }
     }
 
     pub(super) fn check_dummy(&self, link: wire::Link) -> Result<wire::Link, VipError> {
