@@ -124,6 +124,7 @@ pub mod netlink;
 pub mod nodeips;
 pub mod sync;
 pub mod sysctl;
+pub mod vip;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
@@ -132,3 +133,9 @@ pub use netlink::netns::NetNs;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (`docs/guide.md`), compiled as doctests (with
+/// `--all-features`: one of them needs `tokio`).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;

@@ -5,14 +5,16 @@
 //! `cargo test --features serde --test kernel_miniproxy`. The kernel test
 //! runs the example's binary (built by `cargo test` next to the test
 //! binaries) inside a fresh namespace with node interfaces named `ens3` and
-//! `bond0`, rewrites the desired-state file step by step and checks the
-//! kernel's table after each sync; finally SIGTERM with `--cleanup` removes
-//! the proxy's services and leaves a foreign one alone.
+//! `bond0`, with no `PATH` (it must run no external program), rewrites the
+//! desired-state file step by step and checks the kernel's table and the
+//! VIPs on the proxy's dummy device after each sync, and the IPVS and
+//! strict-ARP sysctls it set at start; finally SIGTERM with `--cleanup`
+//! removes the proxy's services and VIPs and leaves a foreign service alone.
 #![cfg(feature = "serde")]
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -186,6 +188,43 @@ fn udp(s: &str) -> ServiceKey {
     ServiceKey::udp(s.parse().unwrap())
 }
 
+/// The addresses on `dev` (`ADDR/PREFIX`, IPv6 link-local left out).
+fn dev_addrs(ns: &TestNetns, dev: &str) -> BTreeSet<String> {
+    ns.run("ip", &["-o", "addr", "show", "dev", dev])
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inet" || *w == "inet6")?;
+            words.next().map(str::to_owned)
+        })
+        .filter(|a| !a.starts_with("fe80:"))
+        .collect()
+}
+
+/// Waits (up to 15 s) until `dev` holds exactly `want`.
+fn wait_for_vips(ns: &TestNetns, dev: &str, want: &[&str], proxy: &Proxy, step: &str) {
+    let want: BTreeSet<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    let start = Instant::now();
+    loop {
+        let got = dev_addrs(ns, dev);
+        if got == want {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            panic!(
+                "{step}: {dev} holds {got:?}, want {want:?}\nproxy log:\n{}",
+                proxy.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `sysctl -n NAME` inside the namespace.
+fn sysctl_n(ns: &TestNetns, name: &str) -> String {
+    ns.run("sysctl", &["-n", name]).trim().to_owned()
+}
+
 fn dests(list: &[(&str, u32)]) -> BTreeMap<SocketAddr, u32> {
     list.iter().map(|(a, w)| (a.parse().unwrap(), *w)).collect()
 }
@@ -206,8 +245,8 @@ fn mini_proxy_follows_the_state_file() {
     }
     ns.run("ip", &["addr", "add", "192.168.10.5/24", "dev", "ens3"]);
     ns.run("ip", &["addr", "add", "192.168.20.5/24", "dev", "bond0"]);
-    // The proxy's VIP device, with an address of its own that must not get
-    // NodePort services.
+    // The proxy's VIP device, with a stale address that must not get a
+    // NodePort service and that the proxy removes (the device is its own).
     ns.run("ip", &["link", "add", "kp-ipvs0", "type", "dummy"]);
     ns.run("ip", &["addr", "add", "172.30.0.1/32", "dev", "kp-ipvs0"]);
     for dev in ["ens3", "bond0", "kp-ipvs0"] {
@@ -231,10 +270,15 @@ fn mini_proxy_follows_the_state_file() {
     let two = r#"{"ip":"10.1.0.2","port":8080},{"ip":"10.1.0.3","port":8080}"#;
     write_state(
         &state,
-        &format!(r#"{{"services":[{},{dns}]}}"#, web("rr", two)),
+        &format!(
+            r#"{{"strict_arp":true,"services":[{},{dns}]}}"#,
+            web("rr", two)
+        ),
     );
 
+    // No PATH: the proxy must not need `ip`, `sysctl` or any other program.
     let child = Command::new(&bin)
+        .env("PATH", "/nonexistent")
         .args(["--config", state.to_str().unwrap(), "--netns", ns.name()])
         .args(["--device", "kp-ipvs0", "--period", "2", "--cleanup"])
         .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
@@ -269,6 +313,30 @@ fn mini_proxy_follows_the_state_file() {
         (Scheduler::RoundRobin, dests(&[("10.1.0.7:53", 1)])),
     );
     wait_for(&h, &want, &proxy, "start");
+    wait_for_vips(
+        &ns,
+        "kp-ipvs0",
+        &["10.96.0.10/32", "10.96.0.53/32"],
+        &proxy,
+        "start",
+    );
+    // The sysctls a proxy needs, set at start; strict ARP as the file says.
+    for knob in [
+        "net.ipv4.vs.conntrack",
+        "net.ipv4.vs.expire_nodest_conn",
+        "net.ipv4.vs.expire_quiescent_template",
+    ] {
+        assert_eq!(sysctl_n(&ns, knob), "1", "{knob}\n{}", proxy.log());
+    }
+    // Kernels from 5.9 on keep their default, as with kube-proxy.
+    assert_eq!(sysctl_n(&ns, "net.ipv4.vs.conn_reuse_mode"), "1");
+    assert!(
+        proxy
+            .log()
+            .contains("net.ipv4.vs.conn_reuse_mode left as it is")
+    );
+    assert_eq!(sysctl_n(&ns, "net.ipv4.conf.all.arp_ignore"), "1");
+    assert_eq!(sysctl_n(&ns, "net.ipv4.conf.all.arp_announce"), "2");
     // NodePorts on ens3 and bond0 only: not on the VIP device's addresses.
     let t = table(&h);
     for excluded in ["172.30.0.1:30080", "10.96.0.10:30080", "10.96.0.53:30080"] {
@@ -291,6 +359,13 @@ fn mini_proxy_follows_the_state_file() {
         ),
     );
     wait_for(&h, &want, &proxy, "add a service");
+    wait_for_vips(
+        &ns,
+        "kp-ipvs0",
+        &["10.96.0.10/32", "10.96.0.20/32", "10.96.0.53/32"],
+        &proxy,
+        "add a service",
+    );
 
     // 2. Remove an endpoint (graceful termination: drained, then deleted once
     //    idle; it has no connections, so it goes).
@@ -323,12 +398,28 @@ fn mini_proxy_follows_the_state_file() {
     );
     wait_for(&h, &want, &proxy, "change a scheduler");
 
-    // 5. Drift is repaired by the periodic full sync.
+    // 5. Remove a service: its virtual servers and its VIP go.
+    write_state(
+        &state,
+        &format!(r#"{{"services":[{},{api}]}}"#, web("wrr", heavy)),
+    );
+    want.remove(&udp("10.96.0.53:53"));
+    wait_for(&h, &want, &proxy, "remove a service");
+    wait_for_vips(
+        &ns,
+        "kp-ipvs0",
+        &["10.96.0.10/32", "10.96.0.20/32"],
+        &proxy,
+        "remove a service",
+    );
+
+    // 6. Drift is repaired by the periodic full sync.
     h.delete_service(&tcp("10.96.0.20:443"))
         .expect("delete behind the proxy's back");
     wait_for(&h, &want, &proxy, "periodic repair");
 
-    // 6. SIGTERM with --cleanup: the proxy's services go, the foreign stays.
+    // 7. SIGTERM with --cleanup: the proxy's services and VIPs go, the
+    //    foreign service stays.
     support::run("kill", &["-TERM", &proxy.child.id().to_string()]);
     let start = Instant::now();
     let status = loop {
@@ -355,9 +446,11 @@ fn mini_proxy_follows_the_state_file() {
         (Scheduler::LeastConnection, BTreeMap::new()),
     );
     assert_eq!(table(&h), foreign);
-    assert!(log.contains("exit: removed 5 owned services"), "{log}");
+    assert!(log.contains("exit: removed 4 owned services"), "{log}");
+    assert!(log.contains("exit: removed 2 VIPs from kp-ipvs0"), "{log}");
+    assert_eq!(dev_addrs(&ns, "kp-ipvs0"), BTreeSet::new());
     let syncs = log.lines().filter(|l| l.starts_with("sync (")).count();
-    assert!(syncs >= 6, "one log line per sync: {log}");
+    assert!(syncs >= 7, "one log line per sync: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

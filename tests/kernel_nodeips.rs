@@ -191,22 +191,50 @@ fn a_down_interface_is_left_out() {
 }
 
 #[test]
-fn kube_ipvs0_is_excluded_by_exact_name() {
+fn kube_ipvs0_is_excluded_by_default_and_by_exact_name() {
     let ns = TestNetns::new();
     up_with(&ns, "ens3", &["10.1.0.1/24"]);
-    // kube-proxy binds service addresses to kube-ipvs0 (a dummy).
+    // kube-proxy binds service addresses to kube-ipvs0 (a dummy) and skips
+    // it when it looks for node IPs; so do the default options.
     up_with(&ns, "kube-ipvs0", &["10.96.0.1/32", "10.96.0.10/32"]);
-    let all = resolve(&opts(&ns));
-    assert_eq!(all, addr_set(&["10.1.0.1", "10.96.0.1", "10.96.0.10"]));
-    let excluded = resolve(&opts(&ns).exclude("kube-ipvs0"));
-    assert_eq!(excluded, addr_set(&["10.1.0.1"]));
-    // A prefix excludes nothing.
-    assert_eq!(resolve(&opts(&ns).exclude("kube")), all);
-    let report = explain(&opts(&ns).exclude("kube-ipvs0"));
+    // Not kube-proxy's name: examined unless excluded.
+    up_with(&ns, "kube-ipvs1", &["10.97.0.1/32"]);
+    assert_eq!(resolve(&opts(&ns)), addr_set(&["10.1.0.1", "10.97.0.1"]));
+    let report = explain(&opts(&ns));
     assert_eq!(
         interface_verdict(&report, "kube-ipvs0"),
         Some(InterfaceVerdict::Excluded)
     );
+    let all = resolve(&opts(&ns).include("kube-ipvs0"));
+    assert_eq!(
+        all,
+        addr_set(&["10.1.0.1", "10.96.0.1", "10.96.0.10", "10.97.0.1"])
+    );
+    assert_eq!(
+        resolve(&opts(&ns).exclude("kube-ipvs1")),
+        addr_set(&["10.1.0.1"])
+    );
+    // A prefix excludes nothing.
+    assert_eq!(
+        resolve(&opts(&ns).include("kube-ipvs0").exclude("kube")),
+        all
+    );
+}
+
+/// The kernel queues each answer while it handles the request (and the next
+/// dump datagram while the previous one is read), so even a 1 ms bound on
+/// each wait is met; a zero timeout (which the socket would take as "wait
+/// forever") is refused by name.
+#[test]
+fn the_wait_is_bounded_and_a_zero_timeout_is_refused() {
+    let ns = TestNetns::new();
+    up_with(&ns, "ens3", &["10.1.0.1/24"]);
+    let quick = opts(&ns).timeout(Duration::from_millis(1));
+    assert_eq!(resolve(&quick), addr_set(&["10.1.0.1"]));
+    match nodeips::node_ip_addrs(&opts(&ns).timeout(Duration::ZERO)) {
+        Err(NodeIpsError::InvalidOption { option, .. }) => assert_eq!(option, "timeout"),
+        other => panic!("expected InvalidOption, got {other:?}"),
+    }
 }
 
 #[test]

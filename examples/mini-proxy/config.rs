@@ -17,6 +17,12 @@ use serde::Deserialize;
 pub struct Config {
     /// The services.
     pub services: Vec<Service>,
+    /// Strict ARP, as kube-proxy's `--ipvs-strict-arp`: answer ARP only for
+    /// addresses of the receiving interface (`arp_ignore=1`) and announce
+    /// only the best local source (`arp_announce=2`), so that the VIPs on the
+    /// dummy device are not answered for on other links. Read at start.
+    #[serde(default)]
+    pub strict_arp: bool,
 }
 
 /// One service.

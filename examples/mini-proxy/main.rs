@@ -7,10 +7,13 @@
 //!
 //! * checks the kernel modules at start and exits with the check's
 //!   explanation when IPVS is not usable;
-//! * reads the desired state from FILE (JSON, see `config.rs`), binds the
-//!   virtual IPs on a dummy device (`--device`, default `ipvs0`) and expands
-//!   NodePort services over the node IPs from `ipvsctl::nodeips`, excluding
-//!   that device;
+//! * sets the IPVS sysctls a proxy depends on at start, as kube-proxy does
+//!   (`sysctl.rs`), with strict ARP when the file says `"strict_arp": true`;
+//! * reads the desired state from FILE (JSON, see `config.rs`), makes the
+//!   virtual IPs exactly the addresses of a dummy device (`--device`, default
+//!   `ipvs0`; created if missing, a removed service's VIP goes with it) and
+//!   expands NodePort services over the node IPs from `ipvsctl::nodeips`,
+//!   excluding that device;
 //! * syncs with `ipvsctl::sync::Syncer` (owned services only, graceful
 //!   termination for removed endpoints) at start, whenever FILE changes
 //!   (checked every 200 ms), and every `--period` seconds (a full verify,
@@ -23,15 +26,19 @@
 //!   previous run created; without it, a restarted proxy reports them as
 //!   conflicts and leaves them alone;
 //! * on SIGTERM or SIGINT exits cleanly; with `--cleanup` it first deletes
-//!   the services it owns, and only those.
+//!   the services it owns, and only those, and the VIPs on its device.
+//!
+//! It runs no external program: VIPs over rtnetlink (`ipvsctl::vip`),
+//! sysctls through `ipvsctl::sysctl`, IPVS over generic netlink.
 //!
 //! Run with `cargo run --features serde --example mini-proxy -- --config state.json`.
 
 mod config;
+mod sysctl;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -40,6 +47,7 @@ use ipvsctl::kmod;
 use ipvsctl::model::ServiceKey;
 use ipvsctl::nodeips::{self, Options};
 use ipvsctl::sync::{SyncOptions, SyncReport, Syncer, Verify};
+use ipvsctl::vip::{VipDevice, VipReport};
 use ipvsctl::{Handle, NetNs};
 
 use config::Config;
@@ -100,47 +108,41 @@ fn main() -> ExitCode {
     }
 }
 
-/// `ip` inside the proxy's namespace.
-fn ip(args: &Args, cmd: &[&str]) -> Result<(), String> {
-    let mut c = Command::new("ip");
-    if let Some(ns) = &args.netns {
-        c.args(["-n", ns]);
-    }
-    c.args(cmd);
-    let out = c.output().map_err(|e| format!("cannot run ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Creates the dummy device if needed and binds every virtual IP on it.
-fn bind_vips(args: &Args, cfg: &Config) -> Result<(), String> {
-    if ip(args, &["link", "show", "dev", &args.device]).is_err() {
-        ip(args, &["link", "add", &args.device, "type", "dummy"])?;
-    }
-    for vip in cfg.vips() {
-        let prefix = if vip.is_ipv4() { 32 } else { 128 };
-        ip(
-            args,
-            &[
-                "addr",
-                "replace",
-                &format!("{vip}/{prefix}"),
-                "dev",
-                &args.device,
-            ],
-        )?;
-    }
+/// Makes the device's addresses exactly the configured VIPs; one log line
+/// when something changed, one per refused change.
+fn bind_vips(vips: &VipDevice, cfg: &Config) -> Result<(), String> {
+    let report = vips
+        .converge(cfg.vips())
+        .map_err(|e| format!("VIPs: {e}"))?;
+    log_vips(&report);
     Ok(())
 }
 
-/// Node IPs for NodePort services: every up interface but the VIP device.
+fn log_vips(r: &VipReport) {
+    if r.changed() || !r.is_ok() {
+        let list = |nets: &[ipnetwork::IpNetwork]| {
+            nets.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "vips on {}{}: +[{}] -[{}] ={}, {} failed",
+            r.device,
+            if r.created { " (created)" } else { "" },
+            list(&r.added),
+            list(&r.removed),
+            r.unchanged,
+            r.failed.len()
+        );
+    }
+    for f in &r.failed {
+        println!("  failed: {f}");
+    }
+}
+
+/// Node IPs for NodePort services: every up interface but the VIP device
+/// (and kube-proxy's `kube-ipvs0`, which `nodeips` skips by default).
 fn node_ips(args: &Args, ns: &NetNs) -> Result<Vec<IpAddr>, String> {
     let opts = Options::new()
         .exclude(args.device.clone())
@@ -182,12 +184,13 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
 fn sync_once(
     args: &Args,
     ns: &NetNs,
+    vips: &VipDevice,
     syncer: &mut Syncer<Arc<Handle>>,
     why: &str,
     verify: Verify,
 ) -> Result<(), String> {
     let cfg = Config::load(&args.config)?;
-    bind_vips(args, &cfg)?;
+    bind_vips(vips, &cfg)?;
     let nodes = if cfg.services.iter().any(|s| s.node_port.is_some()) {
         node_ips(args, ns)?
     } else {
@@ -252,6 +255,16 @@ fn run() -> Result<(), String> {
         None => NetNs::Current,
     };
     let handle = Arc::new(Handle::open(&ns).map_err(|e| format!("open IPVS handle: {e}"))?);
+    // From here on, everything works in the namespace the handle pinned.
+    let ns = handle.netns().clone();
+    let vips = VipDevice::new(args.device.clone())
+        .map_err(|e| format!("--device: {e}"))?
+        .netns_of(&handle);
+    // ip_vs is loaded now (the handle found its family): its sysctls exist.
+    let strict_arp = Config::load(&args.config)?.strict_arp;
+    for line in sysctl::prepare(&ns, strict_arp)? {
+        println!("{line}");
+    }
     let mut options = SyncOptions::default();
     options.plan.graceful_termination = true;
     let mut syncer = Syncer::with_options(Arc::clone(&handle), options);
@@ -264,7 +277,7 @@ fn run() -> Result<(), String> {
     }
 
     let mut seen = stamp(&args);
-    sync_once(&args, &ns, &mut syncer, "start", Verify::Full)?;
+    sync_once(&args, &ns, &vips, &mut syncer, "start", Verify::Full)?;
     let mut last = Instant::now();
     while !args.once && !term.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
@@ -274,12 +287,20 @@ fn run() -> Result<(), String> {
             Some(sync_once(
                 &args,
                 &ns,
+                &vips,
                 &mut syncer,
                 "file changed",
                 Verify::Services,
             ))
         } else if last.elapsed() >= args.period {
-            Some(sync_once(&args, &ns, &mut syncer, "period", Verify::Full))
+            Some(sync_once(
+                &args,
+                &ns,
+                &vips,
+                &mut syncer,
+                "period",
+                Verify::Full,
+            ))
         } else {
             None
         };
@@ -303,6 +324,10 @@ fn run() -> Result<(), String> {
             }
         }
         println!("exit: removed {removed} owned services");
+        match vips.converge([]) {
+            Ok(r) => println!("exit: removed {} VIPs from {}", r.removed.len(), r.device),
+            Err(e) => println!("cleanup: {e}"),
+        }
     } else {
         println!("exit: services left in place");
     }

@@ -16,6 +16,7 @@
 mod exchange;
 pub mod netns;
 pub mod pipeline;
+pub(crate) mod route;
 mod socket;
 
 pub use exchange::Exchange;

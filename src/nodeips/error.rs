@@ -1,6 +1,7 @@
 //! Errors of the node-IP resolver.
 
 use std::io;
+use std::time::Duration;
 
 use super::report::Report;
 
@@ -43,6 +44,23 @@ pub enum NodeIpsError {
         /// The errno as an I/O error.
         #[source]
         source: io::Error,
+    },
+    /// The kernel sent nothing for this long while a reply was expected
+    /// (see [`Options::timeout`](super::Options::timeout)).
+    #[error("rtnetlink {request}: no answer from the kernel in {waited:?}")]
+    Timeout {
+        /// The request (`link dump` or `address dump`).
+        request: &'static str,
+        /// How long the receive waited.
+        waited: Duration,
+    },
+    /// An option was refused before anything was sent.
+    #[error("invalid node-IP option {option}: {reason}")]
+    InvalidOption {
+        /// The option (`timeout`).
+        option: &'static str,
+        /// Why it was refused.
+        reason: String,
     },
     /// A reply could not be decoded.
     #[error("malformed rtnetlink {request} reply: {detail}")]

@@ -23,7 +23,8 @@
 //! ```no_run
 //! use ipvsctl::nodeips::{self, Family, NodeIpsError, Options};
 //!
-//! let opts = Options::new().family(Family::V4).exclude("kube-ipvs0");
+//! // kube-ipvs0, where service VIPs are bound, is excluded by default.
+//! let opts = Options::new().family(Family::V4).exclude("docker0");
 //! match nodeips::node_ips(&opts) {
 //!     Ok(ips) => {
 //!         for ip in &ips {
@@ -40,7 +41,7 @@
 //! [`NetNs`]: crate::netlink::netns::NetNs
 
 mod decode;
-mod dump;
+pub(crate) mod dump;
 mod error;
 mod filter;
 mod options;
@@ -52,7 +53,7 @@ use std::net::IpAddr;
 pub use dump::dump_records;
 pub use error::NodeIpsError;
 pub use filter::filter;
-pub use options::{Family, Options, ParseFamilyError};
+pub use options::{DEFAULT_EXCLUDED, Family, Options, ParseFamilyError};
 pub use records::{AddressFlags, AddressRecord, InterfaceFlags, LinkRecord, Records};
 pub use report::{
     AddressReport, AddressVerdict, InterfaceReport, InterfaceVerdict, NodeIp, Report,
@@ -68,7 +69,7 @@ pub use report::{
 /// ```no_run
 /// use ipvsctl::nodeips::{node_ips, Options};
 ///
-/// for ip in node_ips(&Options::new().exclude("kube-ipvs0"))? {
+/// for ip in node_ips(&Options::new())? {
 ///     println!("{} on {}", ip.addr, ip.interface);
 /// }
 /// # Ok::<(), ipvsctl::nodeips::NodeIpsError>(())
@@ -109,7 +110,7 @@ pub fn node_ip_addrs(opts: &Options) -> Result<Vec<IpAddr>, NodeIpsError> {
 /// # Ok::<(), ipvsctl::nodeips::NodeIpsError>(())
 /// ```
 pub fn explain(opts: &Options) -> Result<Report, NodeIpsError> {
-    let records = dump_records(&opts.netns, opts.family)?;
+    let records = dump::dump_records_within(&opts.netns, opts.family, opts.timeout)?;
     Ok(filter(&records.links, &records.addresses, opts))
 }
 

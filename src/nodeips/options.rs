@@ -3,10 +3,17 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
+use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 
 use crate::netlink::netns::NetNs;
+use crate::netlink::route::DEFAULT_TIMEOUT;
+
+/// The interface excluded by default: where kube-proxy (and
+/// [`crate::vip::VipDevice`] by default) binds service addresses. Its
+/// addresses are service VIPs, not node IPs.
+pub const DEFAULT_EXCLUDED: &str = "kube-ipvs0";
 
 /// Which address families to return.
 ///
@@ -85,13 +92,15 @@ impl FromStr for Family {
 /// | option | default | meaning |
 /// | --- | --- | --- |
 /// | [`family`](Options::family) | both | IPv4, IPv6 or both |
-/// | [`exclude`](Options::exclude) | none | skip interfaces with exactly this name (never a prefix) |
+/// | [`exclude`](Options::exclude) | `kube-ipvs0` | skip interfaces with exactly this name (never a prefix) |
+/// | [`include`](Options::include) | | undo an exclusion (the default one too) |
 /// | [`cidr`](Options::cidr) | none = all | keep only addresses inside one of these networks |
 /// | [`loopback`](Options::loopback) | off | keep the loopback interface and loopback addresses |
 /// | [`link_local`](Options::link_local) | off | keep IPv6 link-local addresses (`fe80::/10`) |
 /// | [`skip_deprecated`](Options::skip_deprecated) | off | drop addresses whose preferred lifetime expired |
 /// | [`require_running`](Options::require_running) | off | also require `IFF_RUNNING` and `IFF_LOWER_UP` |
 /// | [`netns`](Options::netns) | current | the network namespace to look in |
+/// | [`timeout`](Options::timeout) | 10 s | the longest wait for the kernel |
 ///
 /// Always: interfaces must be administratively up (`IFF_UP`), whatever their
 /// name; tentative and DAD-failed addresses are dropped; unspecified and
@@ -108,7 +117,7 @@ impl FromStr for Family {
 /// # drop(opts);
 /// # Ok::<(), ipnetwork::IpNetworkError>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     pub(crate) family: Family,
     pub(crate) exclude: Vec<String>,
@@ -118,12 +127,30 @@ pub struct Options {
     pub(crate) skip_deprecated: bool,
     pub(crate) require_running: bool,
     pub(crate) netns: NetNs,
+    pub(crate) timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            family: Family::default(),
+            exclude: vec![DEFAULT_EXCLUDED.to_owned()],
+            cidrs: Vec::new(),
+            loopback: false,
+            link_local: false,
+            skip_deprecated: false,
+            require_running: false,
+            netns: NetNs::default(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
 }
 
 impl Options {
-    /// The defaults: both families, no exclusions, no CIDR filter, no
-    /// loopback, no IPv6 link-local, deprecated addresses kept, UP suffices,
-    /// current namespace.
+    /// The defaults: both families, `kube-ipvs0` excluded (as kube-proxy
+    /// does: its addresses are service VIPs), no CIDR filter, no loopback, no
+    /// IPv6 link-local, deprecated addresses kept, UP suffices, current
+    /// namespace, waits of at most 10 s.
     ///
     /// ```
     /// let opts = ipvsctl::nodeips::Options::new();
@@ -156,8 +183,36 @@ impl Options {
     /// # drop(opts);
     /// ```
     pub fn exclude(mut self, name: impl Into<String>) -> Self {
-        self.exclude.push(name.into());
+        let name = name.into();
+        if !self.exclude.contains(&name) {
+            self.exclude.push(name);
+        }
         self
+    }
+
+    /// Examine the interface named exactly `name` again: undoes
+    /// [`exclude`](Options::exclude), including the default exclusion of
+    /// [`DEFAULT_EXCLUDED`] (`kube-ipvs0`).
+    ///
+    /// ```
+    /// use ipvsctl::nodeips::Options;
+    /// let opts = Options::new().include("kube-ipvs0");
+    /// assert!(opts.excluded().is_empty());
+    /// ```
+    pub fn include(mut self, name: &str) -> Self {
+        self.exclude.retain(|n| n != name);
+        self
+    }
+
+    /// The interface names skipped.
+    ///
+    /// ```
+    /// use ipvsctl::nodeips::Options;
+    /// assert_eq!(Options::new().excluded(), ["kube-ipvs0"]);
+    /// assert_eq!(Options::new().exclude("ipvs0").excluded(), ["kube-ipvs0", "ipvs0"]);
+    /// ```
+    pub fn excluded(&self) -> &[String] {
+        &self.exclude
     }
 
     /// Keep only addresses inside `network` (the meaning of kube-proxy's
@@ -252,6 +307,37 @@ impl Options {
     pub fn netns(mut self, netns: NetNs) -> Self {
         self.netns = netns;
         self
+    }
+
+    /// Wait at most `timeout` for each answer of the kernel (default 10 s;
+    /// from 1 ms to 1 h, else [`NodeIpsError::InvalidOption`] before anything
+    /// is sent). The kernel answers while it handles a request, so a wait
+    /// this long means it is stuck: [`NodeIpsError::Timeout`] names the dump
+    /// and the time waited.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ipvsctl::nodeips::Options;
+    /// let opts = Options::new().timeout(Duration::from_secs(2));
+    /// assert_eq!(opts.recv_timeout(), Duration::from_secs(2));
+    /// ```
+    ///
+    /// [`NodeIpsError::InvalidOption`]: super::NodeIpsError::InvalidOption
+    /// [`NodeIpsError::Timeout`]: super::NodeIpsError::Timeout
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest wait for the kernel these options allow.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ipvsctl::nodeips::Options;
+    /// assert_eq!(Options::new().recv_timeout(), Duration::from_secs(10));
+    /// ```
+    pub fn recv_timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The namespace these options look in.

@@ -82,7 +82,6 @@ fn every_up_interface_counts_whatever_its_name() {
             "10.0.0.2",
             "10.0.1.3",
             "10.0.2.4",
-            "10.96.0.1",
             "172.16.7.7",
             "192.168.5.5",
             "192.168.5.55",
@@ -94,6 +93,28 @@ fn every_up_interface_counts_whatever_its_name() {
         address_verdict(&report, "10.0.6.6"),
         Some(AddressVerdict::InterfaceSkipped)
     );
+}
+
+/// kube-proxy's VIP device holds service addresses, not node IPs: skipped
+/// unless asked for, by exact name.
+#[test]
+fn kube_ipvs0_is_excluded_by_default_and_can_be_included() {
+    let (links, addrs) = host();
+    let report = filter(&links, &addrs, &Options::new());
+    assert!(!report.addrs().contains(&ip("10.96.0.1")));
+    assert_eq!(
+        verdict_of(&report, "kube-ipvs0"),
+        Some(InterfaceVerdict::Excluded)
+    );
+    let report = filter(&links, &addrs, &Options::new().include("kube-ipvs0"));
+    assert!(report.addrs().contains(&ip("10.96.0.1")));
+    assert_eq!(
+        verdict_of(&report, "kube-ipvs0"),
+        Some(InterfaceVerdict::Used)
+    );
+    // Excluding it again, or twice, lists it once.
+    let opts = Options::new().exclude("kube-ipvs0").exclude("ipvs0");
+    assert_eq!(opts.excluded(), ["kube-ipvs0", "ipvs0"]);
 }
 
 #[test]
@@ -156,7 +177,10 @@ fn exclude_is_exact_never_a_prefix() {
     let report = filter(
         &links,
         &addrs,
-        &Options::new().exclude("en").exclude("kube"),
+        &Options::new()
+            .include("kube-ipvs0")
+            .exclude("en")
+            .exclude("kube"),
     );
     assert!(report.addrs().contains(&ip("10.0.0.2")));
     assert!(report.addrs().contains(&ip("10.96.0.1")));
@@ -192,7 +216,8 @@ fn cidrs_keep_only_addresses_inside_any_of_them() {
 #[test]
 fn empty_cidr_list_means_all() {
     let (links, addrs) = host();
-    assert_eq!(filter(&links, &addrs, &Options::new()).addrs().len(), 8);
+    // Every usable address of every used interface (kube-ipvs0 excluded).
+    assert_eq!(filter(&links, &addrs, &Options::new()).addrs().len(), 7);
 }
 
 #[test]
