@@ -1,6 +1,6 @@
 //! Real traffic through every other kind of virtual server: IPv6 services,
 //! firewall-mark services (marks set by nftables in the router), SCTP, and
-//! real servers behind IPIP and GUE tunnels.
+//! real servers behind IPIP, GUE and GRE tunnels.
 //!
 //! Same network as tests/kernel_traffic.rs (see tests/support/traffic.rs):
 //! a client, an IPVS router and backends, each in a fresh namespace, every
@@ -14,7 +14,8 @@ mod support;
 use std::io::Write as _;
 
 use ipvsctl::model::{
-    AddressFamily, ForwardMethod, Scheduler, ServiceKey, Tunnel, TunnelFlags, VirtualServer,
+    AddressFamily, ForwardMethod, Scheduler, ServiceKey, Tunnel, TunnelEncap, TunnelFlags,
+    VirtualServer,
 };
 use support::TestNetns;
 use support::traffic::{
@@ -211,29 +212,35 @@ fn sctp_masquerade_rr_both_families() {
     }
 }
 
-/// Makes every backend decapsulate IP-in-IP (and, with `gue_port`, GUE on
-/// that UDP port first): an `ipip` device bound to the backend's address,
-/// up, with reverse-path filtering off (the inner packets come in on the
-/// tunnel, their replies go out on eth0). The router must take the replies,
-/// which carry its own VIP as source (`accept_local`, as for direct routing).
-fn decapsulate_on_backends(lab: &Lab, gue_port: Option<u16>) {
-    let _ = support::traffic::modprobe("ipip");
-    if gue_port.is_some() {
-        let _ = support::traffic::modprobe("fou");
+/// Makes every backend decapsulate what `tunnel` carries to its address of
+/// `family`: a tunnel device `ipvs0` bound to that address (IPv4: `ipip`,
+/// or `gre` for GRE; IPv6: `ip6tnl` in ip6ip6 mode), up, with IPv4
+/// reverse-path filtering off (the inner packets come in on the tunnel,
+/// their replies go out on eth0). For GUE a fou socket on the port unwraps
+/// the UDP and GUE headers first and hands the inner packet to the ipip
+/// handler. The router must take the replies, which carry its own VIP as
+/// source (IPv4 `accept_local`, as for direct routing).
+fn decapsulate_on_backends(lab: &Lab, tunnel: Tunnel, family: AddressFamily) {
+    let (module, kind) = match (family, tunnel.encap) {
+        (AddressFamily::Inet6, _) => ("ip6_tunnel", "ip6tnl"),
+        (_, TunnelEncap::Gre) => ("ip_gre", "gre"),
+        _ => ("ipip", "ipip"),
+    };
+    support::traffic::modprobe(module);
+    if let TunnelEncap::Gue { .. } = tunnel.encap {
+        support::traffic::modprobe("fou");
     }
     lab.router
         .run("sysctl", &["-qw", "net.ipv4.conf.all.accept_local=1"]);
     for (i, b) in lab.backends.iter().enumerate() {
-        let local = format!("10.1.{i}.2");
-        let mut add = vec!["link", "add", "ipvs0", "type", "ipip", "local", &local];
-        if gue_port.is_some() {
-            // Received GUE is unwrapped by the fou socket and handed to the
-            // ipip handler; the device itself sends nothing encapsulated.
-            add.extend(["encap", "none"]);
+        let local = Lab::backend_addr(i, 0, family).ip().to_string();
+        let mut add = vec!["link", "add", "ipvs0", "type", kind, "local", &local];
+        if family == AddressFamily::Inet6 {
+            add.extend(["remote", "::", "mode", "ip6ip6"]);
         }
         b.run("ip", &add);
         b.run("ip", &["link", "set", "ipvs0", "up"]);
-        if let Some(port) = gue_port {
+        if let TunnelEncap::Gue { port } = tunnel.encap {
             b.run("ip", &["fou", "add", "port", &port.to_string(), "gue"]);
         }
         for conf in ["all", "default", "ipvs0", "eth0"] {
@@ -245,22 +252,22 @@ fn decapsulate_on_backends(lab: &Lab, gue_port: Option<u16>) {
     }
 }
 
-/// Tunnelled real servers, rr over three: a third each, counted, and the
+/// Real servers behind `tunnel`, TCP over `family`, rr over three: a third
+/// each, counted, every inbound packet decapsulated by the backend, and the
 /// tunnel settings read back as they were given.
-fn tunnel_rr(tunnel: Tunnel, gue_port: Option<u16>) {
+fn tunnel_rr(tunnel: Tunnel, family: AddressFamily) {
     let lab = Lab::new(3, VPORT, true);
-    decapsulate_on_backends(&lab, gue_port);
-    let vs = VirtualServer::new(vkey(Proto::Tcp, V4)).with_scheduler(Scheduler::RoundRobin);
+    decapsulate_on_backends(&lab, tunnel, family);
+    let vs = VirtualServer::new(vkey(Proto::Tcp, family)).with_scheduler(Scheduler::RoundRobin);
     let fwd = ForwardMethod::Tunnel(tunnel);
     lab.program(&vs, THREE, VPORT, fwd);
-    let round = lab.spread(Proto::Tcp, V4, N);
+    let round = lab.spread(Proto::Tcp, family, N);
     assert_eq!(round.seen, expect(&[(0, N / 3), (1, N / 3), (2, N / 3)]));
     let (svc, dests) = stable_stats(&lab, &vs.key, N as u64);
     for (i, d) in &dests {
         assert_eq!(d.server.forward, fwd, "backend {i}");
         assert_eq!(d.stats.conns, (N / 3) as u64, "backend {i}: {d:?}");
         assert!(d.stats.in_pkts >= 4 * d.stats.conns, "backend {i}: {d:?}");
-        // Every inbound packet came out of the backend's tunnel device.
         let rx = lab.backends[*i].run("cat", &["/sys/class/net/ipvs0/statistics/rx_packets"]);
         let rx: u64 = rx.trim().parse().expect("rx_packets is a number");
         assert!(
@@ -275,17 +282,30 @@ fn tunnel_rr(tunnel: Tunnel, gue_port: Option<u16>) {
 /// IP-in-IP tunnel (what `ipvsadm -i` makes).
 #[test]
 fn tunnel_ipip_rr() {
-    tunnel_rr(Tunnel::IPIP, None);
+    tunnel_rr(Tunnel::IPIP, V4);
+}
+
+/// IPv6-in-IPv6 tunnel: an IPv6 service, IPv6 real servers, `Tunnel::IPIP`
+/// (the kernel's one tunnel type for both families).
+#[test]
+fn tunnel_ipv6_in_ipv6_rr() {
+    tunnel_rr(Tunnel::IPIP, V6);
 }
 
 /// GUE tunnel without checksums (Linux 5.2+).
 #[test]
 fn tunnel_gue_rr() {
-    tunnel_rr(Tunnel::gue(6080), Some(6080));
+    tunnel_rr(Tunnel::gue(6080), V4);
 }
 
-/// GUE with the outer UDP checksum flag (`--tun-csum`, 5.3+).
+/// GUE with the outer UDP checksum (`--tun-csum`, 5.3+).
 #[test]
 fn tunnel_gue_csum_rr() {
-    tunnel_rr(Tunnel::gue(6081).with_flags(TunnelFlags::CSUM), Some(6081));
+    tunnel_rr(Tunnel::gue(6081).with_flags(TunnelFlags::CSUM), V4);
+}
+
+/// GRE tunnel (5.3+), without checksums.
+#[test]
+fn tunnel_gre_rr() {
+    tunnel_rr(Tunnel::gre(), V4);
 }
