@@ -173,9 +173,9 @@ fn sctp_available() -> Result<(), String> {
 }
 
 /// SCTP over IPv4 and IPv6, masquerade, rr: associations spread a third
-/// each and are counted. On a kernel without SCTP the test says so and
-/// checks that it really is missing (no `sctp` module, no
-/// `/proc/net/sctp`), rather than passing silently.
+/// each and are counted. On a kernel without SCTP the test prints why it
+/// skips and checks that SCTP really is missing (no `/proc/net/sctp` after
+/// `modprobe sctp`), rather than passing silently.
 #[test]
 fn sctp_masquerade_rr_both_families() {
     if let Err(why) = sctp_available() {
