@@ -268,7 +268,8 @@ impl Lab {
         }
     }
 
-    /// An SCTP association from the client to `to`, bounded by [`WAIT`].
+    /// An SCTP association from the client to `to`, bounded by [`WAIT`],
+    /// from a source port never used before (see [`fresh_source`]).
     fn sctp_connect(&self, to: SocketAddr) -> TcpStream {
         let ns = NetNs::path(self.client.path());
         let family = if to.is_ipv4() {
@@ -278,6 +279,7 @@ impl Lab {
         };
         run_in(&ns, || {
             let fd = socket(family, Proto::Sctp)?;
+            rnet::bind(&fd, &fresh_source(to))?;
             // SCTP's connect waits at most the send timeout.
             sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, Some(WAIT))?;
             rnet::connect(&fd, &to)?;
@@ -291,15 +293,9 @@ impl Lab {
     /// happens to pick twice would reuse the first connection's entry);
     /// returns the name answered.
     fn udp_request(&self, to: SocketAddr) -> String {
-        static NEXT_PORT: AtomicU16 = AtomicU16::new(40_000);
-        let port = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
         let ns = NetNs::path(self.client.path());
-        let any: IpAddr = if to.is_ipv4() {
-            "0.0.0.0".parse().expect("literal")
-        } else {
-            "::".parse().expect("literal")
-        };
-        let sock = run_in(&ns, || UdpSocket::bind((any, port))).expect("client UDP socket");
+        let from = fresh_source(to);
+        let sock = run_in(&ns, || UdpSocket::bind(from)).expect("client UDP socket");
         sock.set_read_timeout(Some(WAIT)).expect("read timeout");
         sock.send_to(REQUEST, to)
             .unwrap_or_else(|e| panic!("send to {to}: {e}"));
@@ -398,6 +394,21 @@ pub fn modprobe(module: &str) -> bool {
         .arg(module)
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// The wildcard address of `to`'s family on a client port no earlier
+/// request of this test binary used. A port the kernel's ephemeral choice
+/// happens to pick twice would meet the first connection's IPVS entry and,
+/// for SCTP, the backend's lingering association of that port pair.
+fn fresh_source(to: SocketAddr) -> SocketAddr {
+    static NEXT_PORT: AtomicU16 = AtomicU16::new(40_000);
+    let port = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+    let any: IpAddr = if to.is_ipv4() {
+        "0.0.0.0".parse().expect("literal")
+    } else {
+        "::".parse().expect("literal")
+    };
+    SocketAddr::new(any, port)
 }
 
 /// Both VIPs on `ns`'s `lo`.
