@@ -159,6 +159,8 @@ impl TestNetns {
 
 /// A fresh namespace with IPVS ([`TestNetns::with_ipvs`]) and a handle opened
 /// in it; the namespace goes when the returned value is dropped.
+pub mod traffic;
+
 pub fn netns_with_handle() -> (TestNetns, ipvsctl::Handle) {
     let ns = TestNetns::with_ipvs();
     let h = ipvsctl::Handle::open(&ipvsctl::NetNs::path(ns.path()))
