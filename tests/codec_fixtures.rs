@@ -386,7 +386,10 @@ fn ipvsctl_replies_decode_to_the_scenario() {
         assert_eq!(info.len(), 1, "{l}");
         let info = reply::info(&info[0]).expect("info");
         assert_eq!(info.version.0, 0x010201, "{l}: IPVS 1.2.1");
-        assert_eq!(info.conn_tab_size, 4096, "{l}: default table size");
+        // Debian's one global table (2^12) before 7.1; from 7.1 the
+        // namespace's own, which it has none of before its first service.
+        let table = if cap.kernel() >= (7, 1) { 0 } else { 4096 };
+        assert_eq!(info.conn_tab_size, table, "{l}: table size");
 
         // GET_SERVICE doit: one NEW_SERVICE message, no MULTI.
         let got = services(cap.step("get-svc"));

@@ -1,12 +1,13 @@
 //! `Handle::capabilities` against the real kernel: what differs between the
-//! kernels the guest boots (6.1 and 6.12), checked against `uname -r`,
-//! Debian's `ipvsadm` and the kernel's own answers. Each test works in its
+//! kernels the guest boots (5.10, 6.1, 6.12 and the newest 7.x), checked
+//! against `uname -r`, Debian's `ipvsadm` and the kernel's own answers, each
+//! asserted per release. Each test works in its
 //! own fresh network namespace; addresses are from the documentation ranges
 //! and no packet is sent.
 //!
-//! Run on both kernels:
-//! `IPVSCTL_VM_KERNEL=6.1 cargo test --test kernel_capabilities` and
-//! `IPVSCTL_VM_KERNEL=6.12 cargo test --test kernel_capabilities`.
+//! Run on every kernel: `IPVSCTL_VM_KERNEL=5.10 cargo test --test
+//! kernel_capabilities`, and the same with 6.1, 6.12 and 7 (or
+//! `scripts/test kernels`).
 
 mod support;
 
@@ -15,7 +16,20 @@ use std::process::Command;
 use ipvsctl::model::{
     ForwardMethod, PersistenceEngine, RealServer, Scheduler, ServiceKey, Tunnel, VirtualServer,
 };
-use ipvsctl::{Availability, Error, KernelVersion, Support};
+use ipvsctl::sysctl::{self, SysctlError, knobs};
+use ipvsctl::{Availability, Error, KernelVersion, NetNs, Support};
+
+/// The first mainline release with a connection table per namespace, made
+/// with the namespace's first service and resized with its load; `GET_INFO`
+/// reports its current size ("ipvs: show the current conn_tab size to
+/// users", with the `conn_lfactor` and `svc_lfactor` sysctls).
+const PER_NETNS_CONN_TAB: KernelVersion = KernelVersion::new(7, 1, 0);
+/// `net.ipv4.vs.run_estimation` ("ipvs: add sysctl_run_estimation to
+/// support disable estimation").
+const RUN_ESTIMATION: KernelVersion = KernelVersion::new(5, 16, 0);
+/// `net.ipv4.vs.est_nice` and `est_cpulist` ("ipvs: use kthreads for stats
+/// estimation").
+const ESTIMATION_KTHREADS: KernelVersion = KernelVersion::new(6, 2, 0);
 
 fn uname_r() -> String {
     let out = Command::new("uname").arg("-r").output().expect("run uname");
@@ -133,5 +147,83 @@ fn attributes_are_judged_by_version_until_the_kernel_shows_them() {
             .with_forward(ForwardMethod::Tunnel(tunnel));
         caps.check_destination(&rs).expect("tunnels pass the check");
         ipvs.add_destination(&k, &rs).expect("tunnel kept");
+    }
+}
+
+/// The connection-table size in `GET_INFO` (and so in ipvsadm's header):
+/// the one global table's fixed size before 7.1; from 7.1 the namespace's
+/// own table, 0 until its first service.
+#[test]
+fn connection_table_size_follows_the_release() {
+    let (ns, ipvs) = support::netns_with_handle();
+    let caps = ipvs.capabilities().expect("capabilities");
+    let version = caps.version.expect("release parses");
+    let bits: u32 = std::fs::read_to_string("/sys/module/ip_vs/parameters/conn_tab_bits")
+        .expect("conn_tab_bits")
+        .trim()
+        .parse()
+        .expect("a number");
+    let max = 1u32 << bits;
+    let size = caps.info.conn_tab_size;
+    if version >= PER_NETNS_CONN_TAB {
+        assert_eq!(size, 0, "{version}: no table before the first service");
+        ns.ipvsadm("-A -t 192.0.2.30:80 -s rr");
+        let size = ipvs.capabilities().unwrap().info.conn_tab_size;
+        assert!(
+            size.is_power_of_two() && size <= max,
+            "{version}: {size}, at most {max}"
+        );
+        assert!(
+            ns.ipvsadm("-Ln")
+                .starts_with(&format!("IP Virtual Server version 1.2.1 (size={size})")),
+            "ipvsadm shows the same size"
+        );
+    } else {
+        assert_eq!(size, max, "{version}: 2^conn_tab_bits, for every namespace");
+    }
+}
+
+/// IPVS sysctls that came with later kernels: there from their release on,
+/// `NotAvailable` (not a failure of some other kind) before.
+#[test]
+fn newer_sysctls_follow_the_release() {
+    let (ns, ipvs) = support::netns_with_handle();
+    let version = ipvs
+        .capabilities()
+        .unwrap()
+        .version
+        .expect("release parses");
+    let netns = NetNs::path(ns.path());
+    let run_estimation = sysctl::read(&netns, &knobs::RUN_ESTIMATION);
+    let est_nice = sysctl::read(&netns, &knobs::EST_NICE);
+    let lfactor = sysctl::read(&netns, &knobs::ipvs_integer("conn_lfactor").unwrap());
+    let cases: [(&str, KernelVersion, Result<(), SysctlError>); 3] = [
+        (
+            "run_estimation",
+            RUN_ESTIMATION,
+            run_estimation.map(|on| assert!(on, "estimation is on by default")),
+        ),
+        (
+            "est_nice",
+            ESTIMATION_KTHREADS,
+            est_nice.map(|n| assert_eq!(n, 0, "default nice")),
+        ),
+        (
+            "conn_lfactor",
+            PER_NETNS_CONN_TAB,
+            lfactor.map(|f| assert!((-8..=8).contains(&f), "conn_lfactor {f}")),
+        ),
+    ];
+    for (name, since, got) in cases {
+        if version >= since {
+            got.unwrap_or_else(|e| panic!("{version}: {name} (since {since}): {e}"));
+        } else {
+            match got {
+                Err(SysctlError::NotAvailable { kernel, .. }) => {
+                    assert_eq!(KernelVersion::parse(&kernel), Some(version));
+                }
+                other => panic!("{version}: {name} came with {since}: {other:?}"),
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ use ipvsctl::model::{
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
     VirtualServer,
 };
-use ipvsctl::{Error, Handle, Op, Operation};
+use ipvsctl::{Error, Handle, KernelVersion, Op, Operation};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -606,12 +606,51 @@ fn set_service_attr(msg: &mut IpvsMessage, attr: ServiceAttr) {
     }
 }
 
+/// The first mainline release with a connection table per namespace
+/// ("ipvs: show the current conn_tab size to users", net-next April 2026).
+const PER_NETNS_CONN_TAB: KernelVersion = KernelVersion::new(7, 1, 0);
+
+/// `GET_INFO`'s connection-table size, checked per kernel in the fresh
+/// namespace of `h` (no service yet). Up to 7.0 the kernel has one table for
+/// all namespaces and reports its fixed size, 2^`conn_tab_bits` (the module
+/// parameter; 4096 on Debian). From 7.1 each namespace gets its own table,
+/// made with its first service and resized with its load: the kernel reports
+/// that table's current size, 0 while there is none, and at most
+/// 2^`conn_tab_bits`.
+fn conn_tab_size_follows_the_kernel(h: &Handle, before_any_service: u32) {
+    let release = support::kernel_release();
+    let version = KernelVersion::parse(&release).expect("the release parses");
+    let bits: u32 = std::fs::read_to_string("/sys/module/ip_vs/parameters/conn_tab_bits")
+        .expect("ip_vs is loaded and has conn_tab_bits")
+        .trim()
+        .parse()
+        .expect("conn_tab_bits is a number");
+    let max = 1u32 << bits;
+    let key = ServiceKey::tcp(sa("10.96.0.9:80"));
+    h.add_service(&VirtualServer::new(key)).unwrap();
+    let with_service = h.info().unwrap().conn_tab_size;
+    h.delete_service(&key).unwrap();
+    if version >= PER_NETNS_CONN_TAB {
+        assert_eq!(
+            before_any_service, 0,
+            "{release}: no table before a service"
+        );
+        assert!(
+            with_service.is_power_of_two() && with_service <= max,
+            "{release}: table of the first service: {with_service}, max {max}"
+        );
+    } else {
+        assert_eq!(before_any_service, max, "{release}: the one global table");
+        assert_eq!(with_service, max, "{release}: a service changes nothing");
+    }
+}
+
 #[test]
 fn flush_zero_timeouts_info_daemons() {
     let (_ns, h) = setup();
     let info = h.info().unwrap();
     assert_eq!(info.version.to_string(), "1.2.1");
-    assert!(info.conn_tab_size > 0);
+    conn_tab_size_follows_the_kernel(&h, info.conn_tab_size);
     let before = h.timeouts().unwrap();
     let t = Timeouts::new(901, 121, 301);
     h.set_timeouts(&t).unwrap();
