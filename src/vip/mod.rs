@@ -241,4 +241,3 @@ impl VipDevice {
         Ok(current)
     }
 }
-
