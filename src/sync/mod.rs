@@ -64,8 +64,10 @@ mod state;
 mod syncer;
 mod wire;
 
-pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan};
+pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};
 pub use state::{
     DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
 };
-pub use syncer::{SyncConflict, SyncFailure, SyncOptions, SyncReport, Syncer, Verify};
+pub use syncer::{
+    ServiceCheck, SyncConflict, SyncFailure, SyncOptions, SyncReport, Syncer, Verify,
+};
