@@ -64,6 +64,8 @@
 //! opens a handle, syncs cold and then resyncs with full verification.
 //!
 //! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
+//! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,memory` (the parts to run;
+//! default all), `IPVSCTL_BENCH_LARGE_RUNS=3`,
 //! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
 //! `IPVSCTL_BENCH_PAIRS`.
 
@@ -544,22 +546,6 @@ fn bench_size(c: &mut Criterion, n: usize) {
         }
     };
 
-    // Cold applies, each in a fresh namespace.
-    let case = tag("cold/sync_pipelined");
-    case_fn("cold/sync_pipelined", &mut |it| {
-        cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::Pipelined))
-    });
-    let case = tag("cold/raw_replay");
-    case_fn("cold/raw_replay", &mut |it| {
-        cold(&case, it, |ns| raw_replay(ns, &base, true))
-    });
-    let case = tag("cold/raw_replay_errors_only");
-    case_fn("cold/raw_replay_errors_only", &mut |it| {
-        cold(&case, it, |ns| raw_replay(ns, &base, false))
-    });
-    // The same two side by side in pairs: the guest's speed drifts over
-    // seconds under emulation, so the median of per-pair ratios is steadier
-    // than a ratio of medians taken a minute apart.
     let pairs: usize = env_num(
         "IPVSCTL_BENCH_PAIRS",
         if n <= 1000 {
@@ -570,52 +556,70 @@ fn bench_size(c: &mut Criterion, n: usize) {
             7
         },
     );
-    let mut paired: Vec<f64> = (0..pairs)
-        .map(|_| {
-            let sync = cold(&tag("paired/sync"), 1, |ns| {
-                sync_cold(ns, &base, BatchMode::Pipelined)
+    if part("cold") {
+        // Cold applies, each in a fresh namespace.
+        let case = tag("cold/sync_pipelined");
+        case_fn("cold/sync_pipelined", &mut |it| {
+            cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::Pipelined))
+        });
+        let case = tag("cold/raw_replay");
+        case_fn("cold/raw_replay", &mut |it| {
+            cold(&case, it, |ns| raw_replay(ns, &base, true))
+        });
+        let case = tag("cold/raw_replay_errors_only");
+        case_fn("cold/raw_replay_errors_only", &mut |it| {
+            cold(&case, it, |ns| raw_replay(ns, &base, false))
+        });
+        // The same two side by side in pairs: the guest's speed drifts over
+        // seconds under emulation, so the median of per-pair ratios is steadier
+        // than a ratio of medians taken a minute apart.
+        let mut paired: Vec<f64> = (0..pairs)
+            .map(|_| {
+                let sync = cold(&tag("paired/sync"), 1, |ns| {
+                    sync_cold(ns, &base, BatchMode::Pipelined)
+                });
+                let replay = cold(&tag("paired/raw_replay_errors_only"), 1, |ns| {
+                    raw_replay(ns, &base, false)
+                });
+                sync.as_secs_f64() / replay.as_secs_f64()
+            })
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(mid), Some(hi)) =
+            (paired.first(), paired.get(paired.len() / 2), paired.last())
+        {
+            note(format!(
+                "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
+            ));
+        }
+        let case = tag("cold/sync_one_by_one");
+        if !big {
+            g.bench_function("cold/sync_one_by_one", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
             });
-            let replay = cold(&tag("paired/raw_replay_errors_only"), 1, |ns| {
-                raw_replay(ns, &base, false)
+        }
+        let case = tag("cold/ipvsadm_restore");
+        if big {
+            // About a minute per 10,000 services under emulation: left out.
+        } else if n <= 1000 {
+            g.bench_function("cold/ipvsadm_restore", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| ipvsadm_restore(ns, &rules)))
             });
-            sync.as_secs_f64() / replay.as_secs_f64()
-        })
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    if let (Some(lo), Some(mid), Some(hi)) =
-        (paired.first(), paired.get(paired.len() / 2), paired.last())
-    {
-        note(format!(
-            "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
-        ));
-    }
-    let case = tag("cold/sync_one_by_one");
-    if !big {
-        g.bench_function("cold/sync_one_by_one", |b| {
-            b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
-        });
-    }
-    let case = tag("cold/ipvsadm_restore");
-    if big {
-        // About a minute per 10,000 services under emulation: left out.
-    } else if n <= 1000 {
-        g.bench_function("cold/ipvsadm_restore", |b| {
-            b.iter_custom(|it| cold(&case, it, |ns| ipvsadm_restore(ns, &rules)))
-        });
-    } else {
-        let runs: u64 = env_num("IPVSCTL_BENCH_IPVSADM_RUNS", 1);
-        let t = cold(&case, runs, |ns| ipvsadm_restore(ns, &rules));
-        note(format!(
-            "{case}: {runs} run(s) outside criterion, mean {:.2?}",
-            t / runs.max(1) as u32
-        ));
-    }
-    if n == 1000 {
-        let adv = desired(n, true, false);
-        let case = tag("adversarial/cold_sync_pipelined");
-        g.bench_function("adversarial/cold_sync_pipelined", |b| {
-            b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &adv, BatchMode::Pipelined)))
-        });
+        } else {
+            let runs: u64 = env_num("IPVSCTL_BENCH_IPVSADM_RUNS", 1);
+            let t = cold(&case, runs, |ns| ipvsadm_restore(ns, &rules));
+            note(format!(
+                "{case}: {runs} run(s) outside criterion, mean {:.2?}",
+                t / runs.max(1) as u32
+            ));
+        }
+        if n == 1000 {
+            let adv = desired(n, true, false);
+            let case = tag("adversarial/cold_sync_pipelined");
+            g.bench_function("adversarial/cold_sync_pipelined", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &adv, BatchMode::Pipelined)))
+            });
+        }
     }
 
     // Resyncs and reads on one namespace holding the state.
@@ -623,276 +627,291 @@ fn bench_size(c: &mut Criterion, n: usize) {
     let h = ns.handle();
     let mut syncer = Syncer::new(&h);
     assert!(syncer.sync(&base, Verify::Services).expect("setup").is_ok());
-    let mut resyncs = vec![
-        ("resync/verify_full", Verify::Full, 1, ServiceCheck::Auto),
-        (
-            "resync/verify_services",
-            Verify::Services,
-            1,
-            ServiceCheck::Auto,
-        ),
-        (
-            "resync/verify_services_dump",
-            Verify::Services,
-            1,
-            ServiceCheck::Dump,
-        ),
-        (
-            "resync/verify_services_lookups",
-            Verify::Services,
-            1,
-            ServiceCheck::Lookups,
-        ),
-        ("resync/verify_none", Verify::None, 1, ServiceCheck::Auto),
-    ];
-    if !big {
-        resyncs.insert(
-            1,
+    let mut raw = RawRead::new(&ns, &base);
+    if part("resync") {
+        let mut resyncs = vec![
+            ("resync/verify_full", Verify::Full, 1, ServiceCheck::Auto),
             (
-                "resync/verify_full_2_sockets",
-                Verify::Full,
-                2,
+                "resync/verify_services",
+                Verify::Services,
+                1,
                 ServiceCheck::Auto,
             ),
-        );
-    }
-    for (name, verify, sockets, check) in resyncs {
-        let case = tag(name);
-        syncer.options_mut().read_sockets = sockets;
-        syncer.options_mut().service_check = check;
-        let mut writes = 0;
-        let mut run = |it| {
-            timed(&case, it, || {
-                writes += syncer.sync(&base, verify).expect("resync").writes_sent;
+            (
+                "resync/verify_services_dump",
+                Verify::Services,
+                1,
+                ServiceCheck::Dump,
+            ),
+            (
+                "resync/verify_services_lookups",
+                Verify::Services,
+                1,
+                ServiceCheck::Lookups,
+            ),
+            ("resync/verify_none", Verify::None, 1, ServiceCheck::Auto),
+        ];
+        if !big {
+            resyncs.insert(
+                1,
+                (
+                    "resync/verify_full_2_sockets",
+                    Verify::Full,
+                    2,
+                    ServiceCheck::Auto,
+                ),
+            );
+        }
+        for (name, verify, sockets, check) in resyncs {
+            let case = tag(name);
+            syncer.options_mut().read_sockets = sockets;
+            syncer.options_mut().service_check = check;
+            let mut writes = 0;
+            let mut run = |it| {
+                timed(&case, it, || {
+                    writes += syncer.sync(&base, verify).expect("resync").writes_sent;
+                })
+            };
+            if big && verify == Verify::Full {
+                let t = run(big_runs);
+                note(format!(
+                    "{case}: {big_runs} run(s) outside criterion, mean {:.2?}",
+                    t / big_runs.max(1) as u32
+                ));
+            } else {
+                g.bench_function(name, |b| b.iter_custom(&mut run));
+            }
+            note(format!("{case}: {writes} write requests in all iterations"));
+        }
+        syncer.options_mut().service_check = ServiceCheck::Auto;
+        // The floors of the two service checks: the same requests pre-encoded,
+        // answers counted, nothing decoded.
+        let case = tag("read/raw_service_dump");
+        g.bench_function("read/raw_service_dump", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    assert_eq!(raw_dump(&mut raw.services, &raw.service_dump), n);
+                })
             })
+        });
+        let mut raw_lookups = RawPipeline::new(
+            &ns,
+            base.services()
+                .iter()
+                .map(|s| request::get_service(&s.service().key).expect("valid")),
+            2,
+        );
+        let case = tag("read/raw_get_services");
+        g.bench_function("read/raw_get_services", |b| {
+            b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), 2 * n)))
+        });
+    }
+
+    if part("incr") {
+        // One real server changed (its weight, back and forth), in the middle
+        // of the table: the incremental update, the full-state sync of the same
+        // change, and the raw replay of the one request it needs.
+        let mut desired_now = base.clone();
+        desired_now.clear_changes();
+        let mid = n / 2;
+        let key = service_key(mid, false);
+        let with_weight = |w: u32| {
+            RealServer::new(dest_addr(mid, 0))
+                .with_weight(w)
+                .with_forward(ForwardMethod::Masquerade)
         };
-        if big && verify == Verify::Full {
-            let t = run(big_runs);
+        let mut weight = 1;
+        let mut bad = Vec::new();
+        let mut flip = |d: &mut DesiredState| {
+            weight = 3 - weight;
+            d.upsert_destinations(&key, [with_weight(weight)])
+                .expect("valid change");
+        };
+        let case = tag("incr/sync_changes");
+        g.bench_function("incr/sync_changes", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip(&mut desired_now);
+                    let r = syncer
+                        .sync_changes(&mut desired_now, Verify::None)
+                        .expect("sync changes");
+                    if r.writes_sent != 1 || !r.is_ok() {
+                        bad.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        let case = tag("incr/full_sync_none");
+        g.bench_function("incr/full_sync_none", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip(&mut desired_now);
+                    let r = syncer.sync(&desired_now, Verify::None).expect("sync");
+                    desired_now.clear_changes();
+                    if r.writes_sent != 1 || !r.is_ok() {
+                        bad.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        note(format!(
+            "{}: one write per change expected; syncs differing: {bad:?}",
+            tag("incr")
+        ));
+        // Back to the base state, then the raw replay of the request alone.
+        if desired_now.get(&key).map(|d| d.destinations()[0].weight) != Some(1) {
+            flip(&mut desired_now);
+            assert!(
+                syncer
+                    .sync_changes(&mut desired_now, Verify::None)
+                    .expect("back")
+                    .is_ok()
+            );
+        }
+        let mut replays = [2u32, 1].map(|w| {
+            RawPipeline::new(
+                &ns,
+                [request::set_dest(&key, &with_weight(w)).expect("valid")],
+                1,
+            )
+        });
+        let case = tag("incr/raw_replay");
+        let mut turn = 0;
+        g.bench_function("incr/raw_replay", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    assert_eq!(replays[turn % 2].send(), 1);
+                    turn += 1;
+                })
+            })
+        });
+        if turn % 2 == 1 {
+            replays[1].send();
+        }
+    }
+
+    if part("read") {
+        syncer.options_mut().read_sockets = 1;
+        let case = tag("resync/churn_1pct");
+        let mut flip = false;
+        let mut bad_writes = Vec::new();
+        g.bench_function("resync/churn_1pct", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip = !flip;
+                    let target = if flip { &churned } else { &base };
+                    let r = syncer.sync(target, Verify::Services).expect("churn");
+                    assert!(r.is_ok());
+                    if r.writes_sent != churn_changes(n) {
+                        bad_writes.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        note(format!(
+            "{case}: {} changes per sync; write requests differing from it: {bad_writes:?}",
+            churn_changes(n)
+        ));
+        if flip {
+            assert!(syncer.sync(&base, Verify::Services).expect("back").is_ok());
+        }
+        let case = tag("resync/kube_proxy_pattern");
+        if !big {
+            g.bench_function("resync/kube_proxy_pattern", |b| {
+                b.iter_custom(|it| timed(&case, it, || kube_proxy_resync(&h, &base)))
+            });
+        }
+        let case = tag("read/proc_net_ip_vs");
+        g.bench_function("read/proc_net_ip_vs", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    std::hint::black_box(read_proc(&ns));
+                })
+            })
+        });
+        let case = tag("read/dumps");
+        if !big {
+            g.bench_function("read/dumps", |b| {
+                b.iter_custom(|it| {
+                    timed(&case, it, || {
+                        assert_eq!(read_dumps(&h), base.destination_count())
+                    })
+                })
+            });
+            let case = tag("read/dumps_each");
+            g.bench_function("read/dumps_each", |b| {
+                b.iter_custom(|it| {
+                    timed(&case, it, || {
+                        assert_eq!(read_each(&h), base.destination_count())
+                    })
+                })
+            });
+        }
+        let case = tag("read/raw_dumps");
+        let want = (n, base.destination_count());
+        if big {
+            let t = timed(&case, big_runs, || assert_eq!(raw.run(), want));
             note(format!(
                 "{case}: {big_runs} run(s) outside criterion, mean {:.2?}",
                 t / big_runs.max(1) as u32
             ));
         } else {
-            g.bench_function(name, |b| b.iter_custom(&mut run));
+            g.bench_function("read/raw_dumps", |b| {
+                b.iter_custom(|it| timed(&case, it, || assert_eq!(raw.run(), want)))
+            });
         }
-        note(format!("{case}: {writes} write requests in all iterations"));
-    }
-    syncer.options_mut().service_check = ServiceCheck::Auto;
-    // The floors of the two service checks: the same requests pre-encoded,
-    // answers counted, nothing decoded.
-    let mut raw = RawRead::new(&ns, &base);
-    let case = tag("read/raw_service_dump");
-    g.bench_function("read/raw_service_dump", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                assert_eq!(raw_dump(&mut raw.services, &raw.service_dump), n);
-            })
-        })
-    });
-    let mut raw_lookups = RawPipeline::new(
-        &ns,
-        base.services()
-            .iter()
-            .map(|s| request::get_service(&s.service().key).expect("valid")),
-        2,
-    );
-    let case = tag("read/raw_get_services");
-    g.bench_function("read/raw_get_services", |b| {
-        b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), 2 * n)))
-    });
-
-    // One real server changed (its weight, back and forth), in the middle
-    // of the table: the incremental update, the full-state sync of the same
-    // change, and the raw replay of the one request it needs.
-    let mut desired_now = base.clone();
-    desired_now.clear_changes();
-    let mid = n / 2;
-    let key = service_key(mid, false);
-    let with_weight = |w: u32| {
-        RealServer::new(dest_addr(mid, 0))
-            .with_weight(w)
-            .with_forward(ForwardMethod::Masquerade)
-    };
-    let mut weight = 1;
-    let mut bad = Vec::new();
-    let mut flip = |d: &mut DesiredState| {
-        weight = 3 - weight;
-        d.upsert_destinations(&key, [with_weight(weight)])
-            .expect("valid change");
-    };
-    let case = tag("incr/sync_changes");
-    g.bench_function("incr/sync_changes", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                flip(&mut desired_now);
-                let r = syncer
-                    .sync_changes(&mut desired_now, Verify::None)
-                    .expect("sync changes");
-                if r.writes_sent != 1 || !r.is_ok() {
-                    bad.push(r.writes_sent);
-                }
-            })
-        })
-    });
-    let case = tag("incr/full_sync_none");
-    g.bench_function("incr/full_sync_none", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                flip(&mut desired_now);
-                let r = syncer.sync(&desired_now, Verify::None).expect("sync");
-                desired_now.clear_changes();
-                if r.writes_sent != 1 || !r.is_ok() {
-                    bad.push(r.writes_sent);
-                }
-            })
-        })
-    });
-    note(format!(
-        "{}: one write per change expected; syncs differing: {bad:?}",
-        tag("incr")
-    ));
-    // Back to the base state, then the raw replay of the request alone.
-    if desired_now.get(&key).map(|d| d.destinations()[0].weight) != Some(1) {
-        flip(&mut desired_now);
-        assert!(
-            syncer
-                .sync_changes(&mut desired_now, Verify::None)
-                .expect("back")
-                .is_ok()
-        );
-    }
-    let mut replays = [2u32, 1].map(|w| {
-        RawPipeline::new(
-            &ns,
-            [request::set_dest(&key, &with_weight(w)).expect("valid")],
-            1,
-        )
-    });
-    let case = tag("incr/raw_replay");
-    let mut turn = 0;
-    g.bench_function("incr/raw_replay", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                assert_eq!(replays[turn % 2].send(), 1);
-                turn += 1;
-            })
-        })
-    });
-    if turn % 2 == 1 {
-        replays[1].send();
-    }
-    syncer.options_mut().read_sockets = 1;
-    let case = tag("resync/churn_1pct");
-    let mut flip = false;
-    let mut bad_writes = Vec::new();
-    g.bench_function("resync/churn_1pct", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                flip = !flip;
-                let target = if flip { &churned } else { &base };
-                let r = syncer.sync(target, Verify::Services).expect("churn");
-                assert!(r.is_ok());
-                if r.writes_sent != churn_changes(n) {
-                    bad_writes.push(r.writes_sent);
-                }
-            })
-        })
-    });
-    note(format!(
-        "{case}: {} changes per sync; write requests differing from it: {bad_writes:?}",
-        churn_changes(n)
-    ));
-    if flip {
-        assert!(syncer.sync(&base, Verify::Services).expect("back").is_ok());
-    }
-    let case = tag("resync/kube_proxy_pattern");
-    if !big {
-        g.bench_function("resync/kube_proxy_pattern", |b| {
-            b.iter_custom(|it| timed(&case, it, || kube_proxy_resync(&h, &base)))
-        });
-    }
-    let case = tag("read/proc_net_ip_vs");
-    g.bench_function("read/proc_net_ip_vs", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                std::hint::black_box(read_proc(&ns));
-            })
-        })
-    });
-    let case = tag("read/dumps");
-    if !big {
-        g.bench_function("read/dumps", |b| {
-            b.iter_custom(|it| {
-                timed(&case, it, || {
-                    assert_eq!(read_dumps(&h), base.destination_count())
-                })
-            })
-        });
-        let case = tag("read/dumps_each");
-        g.bench_function("read/dumps_each", |b| {
-            b.iter_custom(|it| {
-                timed(&case, it, || {
-                    assert_eq!(read_each(&h), base.destination_count())
-                })
-            })
-        });
-    }
-    let case = tag("read/raw_dumps");
-    let want = (n, base.destination_count());
-    if big {
-        let t = timed(&case, big_runs, || assert_eq!(raw.run(), want));
-        note(format!(
-            "{case}: {big_runs} run(s) outside criterion, mean {:.2?}",
-            t / big_runs.max(1) as u32
-        ));
-    } else {
-        g.bench_function("read/raw_dumps", |b| {
-            b.iter_custom(|it| timed(&case, it, || assert_eq!(raw.run(), want)))
-        });
-    }
-    // Verification, the kernel's floor of a complete netlink read and
-    // /proc/net/ip_vs in turns, for ratios within each turn.
-    let turns = pairs;
-    syncer.options_mut().read_sockets = 1;
-    let mut full_raw = Vec::new();
-    let mut raw_proc = Vec::new();
-    for _ in 0..turns {
-        let t = Instant::now();
-        assert_eq!(
-            syncer
-                .sync(&base, Verify::Full)
-                .expect("resync")
-                .writes_sent,
-            0
-        );
-        let full = t.elapsed();
-        let t = Instant::now();
-        std::hint::black_box(raw.run());
-        let floor = t.elapsed();
-        let t = Instant::now();
-        std::hint::black_box(read_proc(&ns));
-        let proc_read = t.elapsed();
-        full_raw.push(full.as_secs_f64() / floor.as_secs_f64());
-        raw_proc.push(floor.as_secs_f64() / proc_read.as_secs_f64());
-    }
-    for (what, mut v) in [
-        (
-            "Verify::Full / raw netlink read (the kernel's floor)",
-            full_raw,
-        ),
-        ("raw netlink read / /proc/net/ip_vs", raw_proc),
-    ] {
-        v.sort_by(f64::total_cmp);
-        if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
-            note(format!(
-                "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
-            ));
+        // Verification, the kernel's floor of a complete netlink read and
+        // /proc/net/ip_vs in turns, for ratios within each turn.
+        let turns = pairs;
+        syncer.options_mut().read_sockets = 1;
+        let mut full_raw = Vec::new();
+        let mut raw_proc = Vec::new();
+        for _ in 0..turns {
+            let t = Instant::now();
+            assert_eq!(
+                syncer
+                    .sync(&base, Verify::Full)
+                    .expect("resync")
+                    .writes_sent,
+                0
+            );
+            let full = t.elapsed();
+            let t = Instant::now();
+            std::hint::black_box(raw.run());
+            let floor = t.elapsed();
+            let t = Instant::now();
+            std::hint::black_box(read_proc(&ns));
+            let proc_read = t.elapsed();
+            full_raw.push(full.as_secs_f64() / floor.as_secs_f64());
+            raw_proc.push(floor.as_secs_f64() / proc_read.as_secs_f64());
+        }
+        for (what, mut v) in [
+            (
+                "Verify::Full / raw netlink read (the kernel's floor)",
+                full_raw,
+            ),
+            ("raw netlink read / /proc/net/ip_vs", raw_proc),
+        ] {
+            v.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+                note(format!(
+                    "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+                ));
+            }
         }
     }
     g.finish();
     drop(syncer);
     drop(h);
     drop(ns);
+}
+
+/// Whether a part of the bench runs: `IPVSCTL_BENCH_PARTS`, a comma list
+/// of `cold`, `resync`, `incr`, `read`, `memory` (default: all).
+fn part(name: &str) -> bool {
+    std::env::var("IPVSCTL_BENCH_PARTS")
+        .map(|v| v.split(',').any(|p| p.trim() == name))
+        .unwrap_or(true)
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -1149,7 +1168,9 @@ fn main() {
     } else {
         *sizes.iter().max().unwrap_or(&10_000)
     };
-    measure_memory(mem_n);
+    if part("memory") {
+        measure_memory(mem_n);
+    }
     c.final_summary();
     summary(&sizes);
 }
