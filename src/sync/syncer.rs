@@ -19,10 +19,12 @@ pub enum Verify {
     /// per managed service. Finds and repairs any drift. Costs about as much
     /// as reading the whole table.
     Full,
-    /// One service dump: services added, deleted or changed behind the
-    /// syncer's back are found (and their real servers read); real servers
-    /// of services that look unchanged are trusted from memory. The usual
-    /// choice for every sync, with a [`Verify::Full`] now and then.
+    /// Check the service table (one service dump, or one pipelined lookup
+    /// per remembered service in large tables, see [`ServiceCheck`]):
+    /// services deleted or changed behind the syncer's back are found (and
+    /// their real servers read); real servers of services that look
+    /// unchanged are trusted from memory. The usual choice for every sync,
+    /// with a [`Verify::Full`] now and then.
     #[default]
     Services,
     /// No read at all when the syncer's memory is complete: trust what was
