@@ -61,9 +61,11 @@ pub enum ServiceCheck {
 
 impl ServiceCheck {
     /// From how many remembered services [`ServiceCheck::Auto`] looks them
-    /// up rather than dumping the table (where the two cost about the same
-    /// in the measurements of `docs/performance.md`).
-    pub const LOOKUPS_FROM: usize = 2_000;
+    /// up rather than dumping the table. At 10,000 services the dump
+    /// measured cheaper (`docs/performance.md`); a dump's cost grows with
+    /// the square of the table and the lookups' linearly, which puts the
+    /// crossing of those figures near 16,000.
+    pub const LOOKUPS_FROM: usize = 16_000;
 }
 
 /// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
