@@ -61,11 +61,12 @@ pub enum ServiceCheck {
 
 impl ServiceCheck {
     /// From how many remembered services [`ServiceCheck::Auto`] looks them
-    /// up rather than dumping the table. At 10,000 services the dump
-    /// measured cheaper (`docs/performance.md`); a dump's cost grows with
-    /// the square of the table and the lookups' linearly, which puts the
-    /// crossing of those figures near 16,000.
-    pub const LOOKUPS_FROM: usize = 16_000;
+    /// up rather than dumping the table. At 10,000 services the pipelined
+    /// lookups' floor (pre-encoded requests, answers only counted) measured
+    /// about 11 times a raw service dump (`docs/performance.md`); the dump's
+    /// cost grows at most with the square of the table and the lookups'
+    /// linearly, so lookups cannot win below about 100,000.
+    pub const LOOKUPS_FROM: usize = 100_000;
 }
 
 /// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
