@@ -211,7 +211,7 @@ fn drift_is_repaired_by_the_next_verifying_sync() {
     desired.clear_changes();
     // Behind the syncer's back: a service edited, one deleted, a real
     // server reweighted.
-    ns.ipvsadm("-E -t 10.96.0.1:80 -s wlc");
+    ns.ipvsadm("-E -t 10.96.0.1:80 -s sh");
     ns.ipvsadm("-D -t 10.96.0.2:80");
     ns.ipvsadm("-e -t 10.96.0.3:80 -r 10.244.2.1:8080 -m -w 9");
     // An incremental update trusting memory touches only its change: a new
@@ -254,7 +254,7 @@ fn drift_is_repaired_by_the_next_verifying_sync() {
 #[test]
 fn same_key_foreign_services_are_conflicts() {
     let (ns, h) = setup();
-    ns.ipvsadm("-A -t 10.96.0.7:80 -s wlc");
+    ns.ipvsadm("-A -t 10.96.0.7:80 -s sh");
     ns.ipvsadm("-a -t 10.96.0.7:80 -r 192.0.2.10:80 -m -w 3");
     let foreign = kernel_table(&h, [key(7)]);
     let mut desired = cluster(2, 2);
@@ -276,7 +276,7 @@ fn same_key_foreign_services_are_conflicts() {
         assert_eq!(r.conflicts[0].key, key(7));
         assert_eq!(
             r.conflicts[0].found.as_ref().map(|v| &v.scheduler),
-            Some(&Scheduler::WeightedLeastConnection)
+            Some(&Scheduler::SourceHashing)
         );
         assert_eq!(r.destinations.added, 0);
         // Leaving the desired state, it is not deleted either.
