@@ -2,7 +2,11 @@
 //! in the QEMU guest when the host has no IPVS), every case side by side in
 //! one run, with the ratios printed at the end.
 //!
-//! For each size N (services × 10 real servers; default 1,000 and 10,000):
+//! For each size N (services × 10 real servers; default 1,000, 10,000 and
+//! 50,000; above 10,000 the slow cases run `IPVSCTL_BENCH_LARGE_RUNS` times
+//! (default 3) outside criterion, and one-by-one, `ipvsadm -R`, the
+//! kube-proxy pattern, the plain dump loops and the 2-socket read are left
+//! out):
 //!
 //! * `cold/*` — an empty, fresh network namespace to N × 10, each iteration
 //!   in a new namespace (created and flushed/deleted outside the timing):
@@ -26,12 +30,23 @@
 //! * `resync/*` — the namespace already holds the state:
 //!   - `verify_full` (and `verify_full_2_sockets`): no-op sync that reads
 //!     every service and real server back;
-//!   - `verify_services`: no-op sync checking services with one dump;
+//!   - `verify_services`: no-op sync checking the service table as the
+//!     syncer chooses by size ([`ServiceCheck::Auto`]), and both choices
+//!     forced: `verify_services_dump` (one service dump) and
+//!     `verify_services_lookups` (one pipelined `GET_SERVICE` per service);
 //!   - `verify_none`: no-op sync trusting memory;
 //!   - `churn_1pct`: 1% of services (scheduler) and 1% of real servers
 //!     (weight) changed, alternating between two states;
 //!   - `kube_proxy_pattern`: two `GET_SERVICE`s and one real-server dump per
 //!     service, through the handle.
+//! * `incr/*` — one real server (in the middle of the table) changed, its
+//!   weight back and forth: `sync_changes` (the incremental update,
+//!   `Verify::None`), `full_sync_none` (the full desired state synced with
+//!   `Verify::None`), `raw_replay` (the one pre-encoded `SET_DEST`, sent and
+//!   its ACK received).
+//! * `read/raw_service_dump`, `read/raw_get_services` — the floors of the
+//!   two service checks: the same requests pre-encoded, answers counted,
+//!   nothing decoded.
 //! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
 //!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
 //!   per service through the handle's plain calls), `dumps_each` (the same
@@ -44,11 +59,13 @@
 //!   `10.x.y.1:80`, whose addresses differ only in high bytes and fall into
 //!   one bucket of the kernel's service hash table.
 //!
-//! Peak memory of a 10,000 × 10 sync is measured in a child process (this
+//! Peak memory of a sync at the largest size is measured in a child process (this
 //! binary re-executed): `VmHWM` of a process that builds the desired state,
 //! opens a handle, syncs cold and then resyncs with full verification.
 //!
 //! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
+//! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,memory` (the parts to run;
+//! default all), `IPVSCTL_BENCH_LARGE_RUNS=3`,
 //! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
 //! `IPVSCTL_BENCH_PAIRS`.
 
@@ -67,7 +84,7 @@ use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualSe
 use ipvsctl::netlink::netns::{NetNs, run_in};
 use ipvsctl::netlink::{DumpSize, GenlSocket};
 use ipvsctl::sync::{
-    self, DesiredState, Observed, PlanOptions, Scope, SyncOptions, Syncer, Verify,
+    self, DesiredState, Observed, PlanOptions, Scope, ServiceCheck, SyncOptions, Syncer, Verify,
 };
 use ipvsctl::{BatchMode, Handle};
 
@@ -422,6 +439,61 @@ fn raw_dump(sock: &mut GenlSocket, req: &[u8]) -> usize {
     }
 }
 
+/// Pre-encoded requests in datagrams as large as the socket takes, each
+/// request asking for an ACK; `send` sends them all and counts every answer
+/// message (data and ACKs) without decoding any: the kernel's floor for the
+/// same requests pipelined.
+struct RawPipeline {
+    sock: GenlSocket,
+    /// (datagram, answers it gets)
+    chunks: Vec<(Vec<u8>, usize)>,
+}
+
+impl RawPipeline {
+    /// `answers`: messages each request gets (an ACK, plus a data message
+    /// for a lookup).
+    fn new(
+        ns: &Ns,
+        msgs: impl IntoIterator<Item = ipvsctl::codec::IpvsMessage>,
+        answers: usize,
+    ) -> RawPipeline {
+        let family = ns.handle().family_id();
+        let sock = GenlSocket::open(&ns.netns()).expect("socket");
+        let (max_batch, max_send) = (sock.max_batch(), sock.max_send());
+        let mut chunks = Vec::new();
+        let (mut buf, mut count) = (Vec::new(), 0);
+        for (seq, msg) in (1u32..).zip(msgs) {
+            let before = buf.len();
+            frame::encode_request(&mut buf, &msg, family, seq, NLM_F_ACK).expect("encode");
+            if (buf.len() > max_send || count == max_batch) && count > 0 {
+                let tail = buf.split_off(before);
+                chunks.push((std::mem::replace(&mut buf, tail), count * answers));
+                count = 0;
+            }
+            count += 1;
+        }
+        if count > 0 {
+            chunks.push((buf, count * answers));
+        }
+        RawPipeline { sock, chunks }
+    }
+
+    /// Sends every datagram, each once all answers to the previous one came;
+    /// the answer messages received.
+    fn send(&mut self) -> usize {
+        let mut total = 0;
+        for (bytes, want) in &self.chunks {
+            self.sock.send(bytes).expect("send");
+            let mut got = 0;
+            while got < *want {
+                got += frame::frames(self.sock.recv().expect("recv")).count();
+            }
+            total += got;
+        }
+        total
+    }
+}
+
 /// The library's quickest complete read: the service dump and every
 /// service's real servers through `list_destinations_each`.
 fn read_each(h: &Handle) -> usize {
@@ -457,66 +529,97 @@ fn bench_size(c: &mut Criterion, n: usize) {
         .warm_up_time(Duration::from_millis(1))
         .measurement_time(Duration::from_secs(1));
     let tag = |case: &str| format!("{n}x{DESTS}/{case}");
+    // Above 10,000 services the slow cases run a few times outside
+    // criterion (whose minimum is 10 samples), and the slowest are left out.
+    let big = n > 10_000;
+    let big_runs: u64 = env_num("IPVSCTL_BENCH_LARGE_RUNS", 3);
+    let mut case_fn = |name: &str, f: &mut dyn FnMut(u64) -> Duration| {
+        if big {
+            let t = f(big_runs);
+            note(format!(
+                "{}: {big_runs} run(s) outside criterion, mean {:.2?}",
+                tag(name),
+                t / big_runs.max(1) as u32
+            ));
+        } else {
+            g.bench_function(name, |b| b.iter_custom(&mut *f));
+        }
+    };
 
-    // Cold applies, each in a fresh namespace.
-    let case = tag("cold/sync_pipelined");
-    g.bench_function("cold/sync_pipelined", |b| {
-        b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::Pipelined)))
-    });
-    let case = tag("cold/raw_replay");
-    g.bench_function("cold/raw_replay", |b| {
-        b.iter_custom(|it| cold(&case, it, |ns| raw_replay(ns, &base, true)))
-    });
-    let case = tag("cold/raw_replay_errors_only");
-    g.bench_function("cold/raw_replay_errors_only", |b| {
-        b.iter_custom(|it| cold(&case, it, |ns| raw_replay(ns, &base, false)))
-    });
-    // The same two side by side in pairs: the guest's speed drifts over
-    // seconds under emulation, so the median of per-pair ratios is steadier
-    // than a ratio of medians taken a minute apart.
-    let pairs: usize = env_num("IPVSCTL_BENCH_PAIRS", if n <= 1000 { 21 } else { 7 });
-    let mut paired: Vec<f64> = (0..pairs)
-        .map(|_| {
-            let sync = cold(&tag("paired/sync"), 1, |ns| {
-                sync_cold(ns, &base, BatchMode::Pipelined)
-            });
-            let replay = cold(&tag("paired/raw_replay_errors_only"), 1, |ns| {
-                raw_replay(ns, &base, false)
-            });
-            sync.as_secs_f64() / replay.as_secs_f64()
-        })
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    if let (Some(lo), Some(mid), Some(hi)) =
-        (paired.first(), paired.get(paired.len() / 2), paired.last())
-    {
-        note(format!(
-            "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
-        ));
-    }
-    let case = tag("cold/sync_one_by_one");
-    g.bench_function("cold/sync_one_by_one", |b| {
-        b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
-    });
-    let case = tag("cold/ipvsadm_restore");
-    if n <= 1000 {
-        g.bench_function("cold/ipvsadm_restore", |b| {
-            b.iter_custom(|it| cold(&case, it, |ns| ipvsadm_restore(ns, &rules)))
+    let pairs: usize = env_num(
+        "IPVSCTL_BENCH_PAIRS",
+        if n <= 1000 {
+            21
+        } else if big {
+            3
+        } else {
+            7
+        },
+    );
+    if part("cold") {
+        // Cold applies, each in a fresh namespace.
+        let case = tag("cold/sync_pipelined");
+        case_fn("cold/sync_pipelined", &mut |it| {
+            cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::Pipelined))
         });
-    } else {
-        let runs: u64 = env_num("IPVSCTL_BENCH_IPVSADM_RUNS", 1);
-        let t = cold(&case, runs, |ns| ipvsadm_restore(ns, &rules));
-        note(format!(
-            "{case}: {runs} run(s) outside criterion, mean {:.2?}",
-            t / runs.max(1) as u32
-        ));
-    }
-    if n == 1000 {
-        let adv = desired(n, true, false);
-        let case = tag("adversarial/cold_sync_pipelined");
-        g.bench_function("adversarial/cold_sync_pipelined", |b| {
-            b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &adv, BatchMode::Pipelined)))
+        let case = tag("cold/raw_replay");
+        case_fn("cold/raw_replay", &mut |it| {
+            cold(&case, it, |ns| raw_replay(ns, &base, true))
         });
+        let case = tag("cold/raw_replay_errors_only");
+        case_fn("cold/raw_replay_errors_only", &mut |it| {
+            cold(&case, it, |ns| raw_replay(ns, &base, false))
+        });
+        // The same two side by side in pairs: the guest's speed drifts over
+        // seconds under emulation, so the median of per-pair ratios is steadier
+        // than a ratio of medians taken a minute apart.
+        let mut paired: Vec<f64> = (0..pairs)
+            .map(|_| {
+                let sync = cold(&tag("paired/sync"), 1, |ns| {
+                    sync_cold(ns, &base, BatchMode::Pipelined)
+                });
+                let replay = cold(&tag("paired/raw_replay_errors_only"), 1, |ns| {
+                    raw_replay(ns, &base, false)
+                });
+                sync.as_secs_f64() / replay.as_secs_f64()
+            })
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(mid), Some(hi)) =
+            (paired.first(), paired.get(paired.len() / 2), paired.last())
+        {
+            note(format!(
+                "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
+            ));
+        }
+        let case = tag("cold/sync_one_by_one");
+        if !big {
+            g.bench_function("cold/sync_one_by_one", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &base, BatchMode::OneByOne)))
+            });
+        }
+        let case = tag("cold/ipvsadm_restore");
+        if big {
+            // About a minute per 10,000 services under emulation: left out.
+        } else if n <= 1000 {
+            g.bench_function("cold/ipvsadm_restore", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| ipvsadm_restore(ns, &rules)))
+            });
+        } else {
+            let runs: u64 = env_num("IPVSCTL_BENCH_IPVSADM_RUNS", 1);
+            let t = cold(&case, runs, |ns| ipvsadm_restore(ns, &rules));
+            note(format!(
+                "{case}: {runs} run(s) outside criterion, mean {:.2?}",
+                t / runs.max(1) as u32
+            ));
+        }
+        if n == 1000 {
+            let adv = desired(n, true, false);
+            let case = tag("adversarial/cold_sync_pipelined");
+            g.bench_function("adversarial/cold_sync_pipelined", |b| {
+                b.iter_custom(|it| cold(&case, it, |ns| sync_cold(ns, &adv, BatchMode::Pipelined)))
+            });
+        }
     }
 
     // Resyncs and reads on one namespace holding the state.
@@ -524,125 +627,291 @@ fn bench_size(c: &mut Criterion, n: usize) {
     let h = ns.handle();
     let mut syncer = Syncer::new(&h);
     assert!(syncer.sync(&base, Verify::Services).expect("setup").is_ok());
-    for (name, verify, sockets) in [
-        ("resync/verify_full", Verify::Full, 1),
-        ("resync/verify_full_2_sockets", Verify::Full, 2),
-        ("resync/verify_services", Verify::Services, 1),
-        ("resync/verify_none", Verify::None, 1),
-    ] {
-        let case = tag(name);
-        syncer.options_mut().read_sockets = sockets;
-        let mut writes = 0;
-        g.bench_function(name, |b| {
-            b.iter_custom(|it| {
+    let mut raw = RawRead::new(&ns, &base);
+    if part("resync") {
+        let mut resyncs = vec![
+            ("resync/verify_full", Verify::Full, 1, ServiceCheck::Auto),
+            (
+                "resync/verify_services",
+                Verify::Services,
+                1,
+                ServiceCheck::Auto,
+            ),
+            (
+                "resync/verify_services_dump",
+                Verify::Services,
+                1,
+                ServiceCheck::Dump,
+            ),
+            (
+                "resync/verify_services_lookups",
+                Verify::Services,
+                1,
+                ServiceCheck::Lookups,
+            ),
+            ("resync/verify_none", Verify::None, 1, ServiceCheck::Auto),
+        ];
+        if !big {
+            resyncs.insert(
+                1,
+                (
+                    "resync/verify_full_2_sockets",
+                    Verify::Full,
+                    2,
+                    ServiceCheck::Auto,
+                ),
+            );
+        }
+        for (name, verify, sockets, check) in resyncs {
+            let case = tag(name);
+            syncer.options_mut().read_sockets = sockets;
+            syncer.options_mut().service_check = check;
+            let mut writes = 0;
+            let mut run = |it| {
                 timed(&case, it, || {
                     writes += syncer.sync(&base, verify).expect("resync").writes_sent;
                 })
+            };
+            if big && verify == Verify::Full {
+                let t = run(big_runs);
+                note(format!(
+                    "{case}: {big_runs} run(s) outside criterion, mean {:.2?}",
+                    t / big_runs.max(1) as u32
+                ));
+            } else {
+                g.bench_function(name, |b| b.iter_custom(&mut run));
+            }
+            note(format!("{case}: {writes} write requests in all iterations"));
+        }
+        syncer.options_mut().service_check = ServiceCheck::Auto;
+        // The floors of the two service checks: the same requests pre-encoded,
+        // answers counted, nothing decoded.
+        let case = tag("read/raw_service_dump");
+        g.bench_function("read/raw_service_dump", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    assert_eq!(raw_dump(&mut raw.services, &raw.service_dump), n);
+                })
             })
         });
-        note(format!("{case}: {writes} write requests in all iterations"));
-    }
-    syncer.options_mut().read_sockets = 1;
-    let case = tag("resync/churn_1pct");
-    let mut flip = false;
-    let mut bad_writes = Vec::new();
-    g.bench_function("resync/churn_1pct", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                flip = !flip;
-                let target = if flip { &churned } else { &base };
-                let r = syncer.sync(target, Verify::Services).expect("churn");
-                assert!(r.is_ok());
-                if r.writes_sent != churn_changes(n) {
-                    bad_writes.push(r.writes_sent);
-                }
-            })
-        })
-    });
-    note(format!(
-        "{case}: {} changes per sync; write requests differing from it: {bad_writes:?}",
-        churn_changes(n)
-    ));
-    if flip {
-        assert!(syncer.sync(&base, Verify::Services).expect("back").is_ok());
-    }
-    let case = tag("resync/kube_proxy_pattern");
-    g.bench_function("resync/kube_proxy_pattern", |b| {
-        b.iter_custom(|it| timed(&case, it, || kube_proxy_resync(&h, &base)))
-    });
-    let case = tag("read/proc_net_ip_vs");
-    g.bench_function("read/proc_net_ip_vs", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                std::hint::black_box(read_proc(&ns));
-            })
-        })
-    });
-    let case = tag("read/dumps");
-    g.bench_function("read/dumps", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                assert_eq!(read_dumps(&h), base.destination_count())
-            })
-        })
-    });
-    let case = tag("read/dumps_each");
-    g.bench_function("read/dumps_each", |b| {
-        b.iter_custom(|it| {
-            timed(&case, it, || {
-                assert_eq!(read_each(&h), base.destination_count())
-            })
-        })
-    });
-    let mut raw = RawRead::new(&ns, &base);
-    let case = tag("read/raw_dumps");
-    let want = (n, base.destination_count());
-    g.bench_function("read/raw_dumps", |b| {
-        b.iter_custom(|it| timed(&case, it, || assert_eq!(raw.run(), want)))
-    });
-    // Verification, the kernel's floor of a complete netlink read and
-    // /proc/net/ip_vs in turns, for ratios within each turn.
-    let turns = pairs;
-    syncer.options_mut().read_sockets = 1;
-    let mut full_raw = Vec::new();
-    let mut raw_proc = Vec::new();
-    for _ in 0..turns {
-        let t = Instant::now();
-        assert_eq!(
-            syncer
-                .sync(&base, Verify::Full)
-                .expect("resync")
-                .writes_sent,
-            0
+        let mut raw_lookups = RawPipeline::new(
+            &ns,
+            base.services()
+                .iter()
+                .map(|s| request::get_service(&s.service().key).expect("valid")),
+            2,
         );
-        let full = t.elapsed();
-        let t = Instant::now();
-        std::hint::black_box(raw.run());
-        let floor = t.elapsed();
-        let t = Instant::now();
-        std::hint::black_box(read_proc(&ns));
-        let proc_read = t.elapsed();
-        full_raw.push(full.as_secs_f64() / floor.as_secs_f64());
-        raw_proc.push(floor.as_secs_f64() / proc_read.as_secs_f64());
+        let case = tag("read/raw_get_services");
+        g.bench_function("read/raw_get_services", |b| {
+            b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), 2 * n)))
+        });
     }
-    for (what, mut v) in [
-        (
-            "Verify::Full / raw netlink read (the kernel's floor)",
-            full_raw,
-        ),
-        ("raw netlink read / /proc/net/ip_vs", raw_proc),
-    ] {
-        v.sort_by(f64::total_cmp);
-        if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+
+    if part("incr") {
+        // One real server changed (its weight, back and forth), in the middle
+        // of the table: the incremental update, the full-state sync of the same
+        // change, and the raw replay of the one request it needs.
+        let mut desired_now = base.clone();
+        desired_now.clear_changes();
+        let mid = n / 2;
+        let key = service_key(mid, false);
+        let with_weight = |w: u32| {
+            RealServer::new(dest_addr(mid, 0))
+                .with_weight(w)
+                .with_forward(ForwardMethod::Masquerade)
+        };
+        let mut weight = 1;
+        let mut bad = Vec::new();
+        let mut flip = |d: &mut DesiredState| {
+            weight = 3 - weight;
+            d.upsert_destinations(&key, [with_weight(weight)])
+                .expect("valid change");
+        };
+        let case = tag("incr/sync_changes");
+        g.bench_function("incr/sync_changes", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip(&mut desired_now);
+                    let r = syncer
+                        .sync_changes(&mut desired_now, Verify::None)
+                        .expect("sync changes");
+                    if r.writes_sent != 1 || !r.is_ok() {
+                        bad.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        let case = tag("incr/full_sync_none");
+        g.bench_function("incr/full_sync_none", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip(&mut desired_now);
+                    let r = syncer.sync(&desired_now, Verify::None).expect("sync");
+                    desired_now.clear_changes();
+                    if r.writes_sent != 1 || !r.is_ok() {
+                        bad.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        note(format!(
+            "{}: one write per change expected; syncs differing: {bad:?}",
+            tag("incr")
+        ));
+        // Back to the base state, then the raw replay of the request alone.
+        if desired_now.get(&key).map(|d| d.destinations()[0].weight) != Some(1) {
+            flip(&mut desired_now);
+            assert!(
+                syncer
+                    .sync_changes(&mut desired_now, Verify::None)
+                    .expect("back")
+                    .is_ok()
+            );
+        }
+        let mut replays = [2u32, 1].map(|w| {
+            RawPipeline::new(
+                &ns,
+                [request::set_dest(&key, &with_weight(w)).expect("valid")],
+                1,
+            )
+        });
+        let case = tag("incr/raw_replay");
+        let mut turn = 0;
+        g.bench_function("incr/raw_replay", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    assert_eq!(replays[turn % 2].send(), 1);
+                    turn += 1;
+                })
+            })
+        });
+        if turn % 2 == 1 {
+            replays[1].send();
+        }
+    }
+
+    if part("read") {
+        syncer.options_mut().read_sockets = 1;
+        let case = tag("resync/churn_1pct");
+        let mut flip = false;
+        let mut bad_writes = Vec::new();
+        g.bench_function("resync/churn_1pct", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    flip = !flip;
+                    let target = if flip { &churned } else { &base };
+                    let r = syncer.sync(target, Verify::Services).expect("churn");
+                    assert!(r.is_ok());
+                    if r.writes_sent != churn_changes(n) {
+                        bad_writes.push(r.writes_sent);
+                    }
+                })
+            })
+        });
+        note(format!(
+            "{case}: {} changes per sync; write requests differing from it: {bad_writes:?}",
+            churn_changes(n)
+        ));
+        if flip {
+            assert!(syncer.sync(&base, Verify::Services).expect("back").is_ok());
+        }
+        let case = tag("resync/kube_proxy_pattern");
+        if !big {
+            g.bench_function("resync/kube_proxy_pattern", |b| {
+                b.iter_custom(|it| timed(&case, it, || kube_proxy_resync(&h, &base)))
+            });
+        }
+        let case = tag("read/proc_net_ip_vs");
+        g.bench_function("read/proc_net_ip_vs", |b| {
+            b.iter_custom(|it| {
+                timed(&case, it, || {
+                    std::hint::black_box(read_proc(&ns));
+                })
+            })
+        });
+        let case = tag("read/dumps");
+        if !big {
+            g.bench_function("read/dumps", |b| {
+                b.iter_custom(|it| {
+                    timed(&case, it, || {
+                        assert_eq!(read_dumps(&h), base.destination_count())
+                    })
+                })
+            });
+            let case = tag("read/dumps_each");
+            g.bench_function("read/dumps_each", |b| {
+                b.iter_custom(|it| {
+                    timed(&case, it, || {
+                        assert_eq!(read_each(&h), base.destination_count())
+                    })
+                })
+            });
+        }
+        let case = tag("read/raw_dumps");
+        let want = (n, base.destination_count());
+        if big {
+            let t = timed(&case, big_runs, || assert_eq!(raw.run(), want));
             note(format!(
-                "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+                "{case}: {big_runs} run(s) outside criterion, mean {:.2?}",
+                t / big_runs.max(1) as u32
             ));
+        } else {
+            g.bench_function("read/raw_dumps", |b| {
+                b.iter_custom(|it| timed(&case, it, || assert_eq!(raw.run(), want)))
+            });
+        }
+        // Verification, the kernel's floor of a complete netlink read and
+        // /proc/net/ip_vs in turns, for ratios within each turn.
+        let turns = pairs;
+        syncer.options_mut().read_sockets = 1;
+        let mut full_raw = Vec::new();
+        let mut raw_proc = Vec::new();
+        for _ in 0..turns {
+            let t = Instant::now();
+            assert_eq!(
+                syncer
+                    .sync(&base, Verify::Full)
+                    .expect("resync")
+                    .writes_sent,
+                0
+            );
+            let full = t.elapsed();
+            let t = Instant::now();
+            std::hint::black_box(raw.run());
+            let floor = t.elapsed();
+            let t = Instant::now();
+            std::hint::black_box(read_proc(&ns));
+            let proc_read = t.elapsed();
+            full_raw.push(full.as_secs_f64() / floor.as_secs_f64());
+            raw_proc.push(floor.as_secs_f64() / proc_read.as_secs_f64());
+        }
+        for (what, mut v) in [
+            (
+                "Verify::Full / raw netlink read (the kernel's floor)",
+                full_raw,
+            ),
+            ("raw netlink read / /proc/net/ip_vs", raw_proc),
+        ] {
+            v.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+                note(format!(
+                    "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+                ));
+            }
         }
     }
     g.finish();
     drop(syncer);
     drop(h);
     drop(ns);
+}
+
+/// Whether a part of the bench runs: `IPVSCTL_BENCH_PARTS`, a comma list
+/// of `cold`, `resync`, `incr`, `read`, `memory` (default: all).
+fn part(name: &str) -> bool {
+    std::env::var("IPVSCTL_BENCH_PARTS")
+        .map(|v| v.split(',').any(|p| p.trim() == name))
+        .unwrap_or(true)
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -826,6 +1095,41 @@ fn summary(sizes: &[usize]) {
         );
         ratio_line(
             &mut out,
+            &format!("{n}: one real server changed: sync_changes / raw replay"),
+            &t("incr/sync_changes"),
+            &t("incr/raw_replay"),
+            "(goal <= 2)",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: one real server changed: full sync / sync_changes"),
+            &t("incr/full_sync_none"),
+            &t("incr/sync_changes"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_services (dump) / raw service dump"),
+            &t("resync/verify_services_dump"),
+            &t("read/raw_service_dump"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: verify_services (lookups) / raw GET_SERVICE pipeline"),
+            &t("resync/verify_services_lookups"),
+            &t("read/raw_get_services"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: raw GET_SERVICE pipeline / raw service dump"),
+            &t("read/raw_get_services"),
+            &t("read/raw_service_dump"),
+            "",
+        );
+        ratio_line(
+            &mut out,
             &format!("{n}: adversarial addresses / realistic (cold sync)"),
             &t("adversarial/cold_sync_pipelined"),
             &t("cold/sync_pipelined"),
@@ -853,7 +1157,7 @@ fn main() {
     let sizes: Vec<usize> = match std::env::var("IPVSCTL_BENCH_SIZES") {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) if quick => vec![100],
-        Err(_) => vec![1000, 10_000],
+        Err(_) => vec![1000, 10_000, 50_000],
     };
     let mut c = Criterion::default().configure_from_args().without_plots();
     for &n in &sizes {
@@ -864,7 +1168,9 @@ fn main() {
     } else {
         *sizes.iter().max().unwrap_or(&10_000)
     };
-    measure_memory(mem_n);
+    if part("memory") {
+        measure_memory(mem_n);
+    }
     c.final_summary();
     summary(&sizes);
 }

@@ -484,3 +484,211 @@ fn desired_state_refuses_bad_input() {
     );
     assert_eq!(d.destination_count(), 1);
 }
+
+/// A change to the desired state, drawn against the services of the cases:
+/// which case, what kind, which of the case's real servers (a mask over its
+/// pool), a weight bump, and whether to sync after it.
+#[derive(Debug, Clone)]
+struct Change {
+    case: usize,
+    kind: u8,
+    mask: u8,
+    bump: u32,
+    sync_after: bool,
+}
+
+fn changes() -> impl Strategy<Value = Vec<Change>> {
+    proptest::collection::vec(
+        (0usize..10, 0u8..5, any::<u8>(), 0u32..3, any::<bool>()).prop_map(
+            |(case, kind, mask, bump, sync_after)| Change {
+                case,
+                kind,
+                mask,
+                bump,
+                sync_after,
+            },
+        ),
+        0..24,
+    )
+}
+
+/// The service of a case and every real server it mentions (valid for it).
+fn pool(c: &Case) -> (VirtualServer, Vec<RealServer>) {
+    let vs = c
+        .desired
+        .as_ref()
+        .map(|d| d.0.clone())
+        .or(c.observed.as_ref().map(|o| o.0.clone()))
+        .expect("a case has a service");
+    let mut seen = HashSet::new();
+    let mut rs: Vec<RealServer> = c
+        .desired
+        .iter()
+        .flat_map(|d| d.1.iter().copied())
+        .chain(c.observed.iter().flat_map(|o| o.1.iter().map(|d| d.server)))
+        .filter(|r| seen.insert(r.addr))
+        .collect();
+    rs.sort_by_key(|r| r.addr);
+    (vs, rs)
+}
+
+/// Applies one change to `d`: refused changes (real servers of a service
+/// that is not desired) must leave it as it was.
+fn change_desired(d: &mut DesiredState, cases: &[Case], ch: &Change) -> Result<(), TestCaseError> {
+    let Some(c) = cases.get(ch.case % cases.len().max(1)) else {
+        return Ok(());
+    };
+    let (vs, pool) = pool(c);
+    let key = vs.key;
+    let picked = pool
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ch.mask & (1 << (i % 8)) != 0)
+        .map(|(_, r)| r.with_weight((r.weight + ch.bump) % (i32::MAX as u32)));
+    let before = d.clone();
+    let result = match ch.kind {
+        0 => d.upsert(vs, picked).map(drop),
+        1 => {
+            let was = d.remove(&key).is_some();
+            prop_assert_eq!(was, before.contains(&key));
+            if !was {
+                // Nothing desired changed: nothing recorded.
+                prop_assert_eq!(d.changes(), before.changes());
+                return Ok(());
+            }
+            Ok(())
+        }
+        2 => d.upsert_destinations(&key, picked),
+        3 => d
+            .remove_destinations(&key, picked.map(|r| r.addr))
+            .map(drop),
+        _ => {
+            let timeout = if vs.timeout == 0 { 1 } else { vs.timeout - 1 };
+            d.upsert(vs.with_timeout(timeout), picked)
+        }
+    };
+    match result {
+        Ok(()) => prop_assert!(d.changes().contains(&key)),
+        Err(DesiredError::UnknownService { key: k }) => {
+            prop_assert_eq!(k, key);
+            prop_assert!(!before.contains(&key));
+            prop_assert_eq!(&*d, &before, "a refused change changed the state");
+        }
+        Err(e) => return Err(TestCaseError::fail(format!("unexpected refusal: {e}"))),
+    }
+    Ok(())
+}
+
+/// What a syncer does with an acknowledged plan: memory and ownership.
+fn acknowledge(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::AddService(vs) => {
+                owned.insert(vs.key);
+            }
+            Op::DeleteService(k) => {
+                owned.remove(k);
+            }
+            _ => {}
+        }
+        memory.apply(op);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any sequence of incremental updates, each synced with
+    /// `plan_services` of the changed keys and acknowledged into memory,
+    /// leaves the memory what a full plan of the final state gives; a full
+    /// plan then does nothing. Every op is legal where it stands.
+    #[test]
+    fn incremental_updates_equal_a_full_plan(cases in cases(), changes in changes()) {
+        let (mut desired, observed) = build(&cases);
+        // A syncer that adopted everything observed and synced fully.
+        let mut owned: HashSet<ServiceKey> = observed.keys().copied().collect();
+        let mut memory = observed.clone();
+        let first = sync::plan(&desired, &memory, &Scope::Owned, &owned, PlanOptions::default());
+        acknowledge(&mut memory, &mut owned, &first.ops);
+        desired.clear_changes();
+        let start = memory.clone();
+        let start_owned = owned.clone();
+        let mut table = table_of(&memory);
+        for (i, ch) in changes.iter().enumerate() {
+            change_desired(&mut desired, &cases, ch)?;
+            if ch.sync_after || i + 1 == changes.len() {
+                let keys = desired.take_changes();
+                let p = sync::plan_services(
+                    &desired, &memory, &keys, &Scope::Owned, &owned, PlanOptions::default(),
+                );
+                prop_assert_eq!(
+                    p.ops.len(),
+                    p.counts.services.changes() + p.counts.destinations.changes()
+                );
+                table = simulate(table, &p.ops).map_err(TestCaseError::fail)?;
+                acknowledge(&mut memory, &mut owned, &p.ops);
+                prop_assert_eq!(&table_of(&memory), &table);
+            }
+        }
+        prop_assert!(desired.changes().is_empty());
+        // The full plan of the final state, from where the updates started.
+        let mut full = start;
+        let mut full_owned = start_owned;
+        let p = sync::plan(&desired, &full, &Scope::Owned, &full_owned, PlanOptions::default());
+        acknowledge(&mut full, &mut full_owned, &p.ops);
+        prop_assert_eq!(table_of(&memory), table_of(&full));
+        prop_assert_eq!(&owned, &full_owned);
+        prop_assert_eq!(table_of(&memory), table_of_desired(&desired));
+        let again = sync::plan(&desired, &memory, &Scope::Owned, &owned, PlanOptions::default());
+        prop_assert!(again.is_empty(), "{:?}", again.ops);
+    }
+}
+
+#[test]
+fn desired_state_changes_are_recorded_and_validated() {
+    let k = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
+    let other = ServiceKey::tcp("10.96.0.2:80".parse().unwrap());
+    let a: SocketAddr = "10.244.0.1:80".parse().unwrap();
+    let b: SocketAddr = "10.244.0.2:80".parse().unwrap();
+    let mut d = DesiredState::new();
+    d.insert(VirtualServer::new(k), [RealServer::new(a)])
+        .unwrap();
+    d.insert(VirtualServer::new(other), []).unwrap();
+    assert_eq!(d.take_changes(), vec![k, other]);
+    assert_eq!(
+        d.upsert_destinations(&ServiceKey::tcp("10.96.0.3:80".parse().unwrap()), []),
+        Err(DesiredError::UnknownService {
+            key: ServiceKey::tcp("10.96.0.3:80".parse().unwrap())
+        })
+    );
+    assert_eq!(
+        d.upsert_destinations(&k, [RealServer::new(b), RealServer::new(b).with_weight(3)]),
+        Err(DesiredError::DuplicateDestination { key: k, server: b })
+    );
+    let v6: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
+    assert!(matches!(
+        d.upsert_destinations(&k, [RealServer::new(v6)]),
+        Err(DesiredError::InvalidDestination { server, .. }) if server == v6
+    ));
+    assert!(d.changes().is_empty(), "refused changes are not recorded");
+    assert_eq!(d.get(&k).unwrap().destinations(), &[RealServer::new(a)]);
+    d.upsert_destinations(&k, [RealServer::new(b), RealServer::new(a).with_weight(5)])
+        .unwrap();
+    assert_eq!(
+        d.get(&k).unwrap().destinations(),
+        &[RealServer::new(a).with_weight(5), RealServer::new(b)]
+    );
+    assert_eq!(d.remove_destinations(&k, [a, v6]), Ok(1));
+    assert_eq!(d.changes(), &[k]);
+    // Removing moves the last service into the hole; lookups still work.
+    d.remove(&k).unwrap();
+    assert_eq!(d.services()[0].service().key, other);
+    assert!(d.get(&k).is_none() && d.get(&other).is_some());
+    d.upsert(VirtualServer::new(k), [RealServer::new(b)])
+        .unwrap();
+    d.upsert(VirtualServer::new(k).with_timeout(9), []).unwrap();
+    assert_eq!(d.get(&k).unwrap().service().timeout, 9);
+    assert!(d.get(&k).unwrap().destinations().is_empty());
+    assert_eq!(d.len(), 2);
+    assert_eq!(d.changes(), &[k]);
+}

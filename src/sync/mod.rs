@@ -11,7 +11,9 @@
 //!   and updates before their real servers, service deletes last) that turn
 //!   the managed part of the observed state into the desired one, within a
 //!   [`Scope`], with optional graceful termination ([`PlanOptions`]);
-//! * [`Syncer`] — reads (or trusts its memory, see [`Verify`]), plans,
+//! * [`Syncer`] — reads (or trusts its memory, see [`Verify`]), plans (the
+//!   whole desired state with [`Syncer::sync`], or only the services the
+//!   desired state recorded as changed with [`Syncer::sync_changes`]),
 //!   applies pipelined through [`Handle::apply_with`](crate::Handle::apply_with),
 //!   remembers what the kernel acknowledged, self-heals when the kernel
 //!   disagrees, and reports every count and failure ([`SyncReport`]).
@@ -30,7 +32,8 @@
 //!
 //! Reading every real server back costs about as much as writing them, so a
 //! syncer remembers what it applied: [`Verify::Services`] checks the service
-//! table with one dump and trusts remembered real servers, [`Verify::Full`]
+//! table (one dump, or a lookup per service in large tables) and trusts
+//! remembered real servers, [`Verify::Full`]
 //! reads everything and repairs any drift (run it on a schedule), and
 //! [`Verify::None`] reads nothing. Measured figures, with how and on which
 //! kernels they were taken, are in `docs/performance.md` in the repository.
@@ -64,8 +67,10 @@ mod state;
 mod syncer;
 mod wire;
 
-pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan};
+pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};
 pub use state::{
     DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
 };
-pub use syncer::{SyncConflict, SyncFailure, SyncOptions, SyncReport, Syncer, Verify};
+pub use syncer::{
+    ServiceCheck, SyncConflict, SyncFailure, SyncOptions, SyncReport, Syncer, Verify,
+};

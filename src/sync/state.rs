@@ -1,10 +1,11 @@
 //! The two sides of a sync: the state the caller wants ([`DesiredState`])
 //! and the state the kernel has, as read or remembered ([`Observed`]).
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
+use crate::Op;
 use crate::model::{
     ConnCounts, DestinationSnapshot, RealServer, ServiceKey, ValidationError, VirtualServer,
     validate_destination,
@@ -46,6 +47,12 @@ pub enum DesiredError {
         /// What is wrong (names the field).
         source: ValidationError,
     },
+    /// Real servers were given for a service that is not desired.
+    #[error("service {key}: not in the desired state")]
+    UnknownService {
+        /// The service.
+        key: ServiceKey,
+    },
 }
 
 /// One service of the desired state, with its real servers sorted by address.
@@ -69,9 +76,17 @@ impl DesiredService {
 
 /// The complete set of services a caller wants, each with its real servers.
 ///
-/// Every entry is validated when it is inserted, so a plan built from a
-/// `DesiredState` never contains a request the codec would refuse. Services
-/// keep the order they were inserted in (the plan adds them in that order).
+/// Every entry is validated when it is inserted or changed, so a plan built
+/// from a `DesiredState` never contains a request the codec would refuse; a
+/// refused change changes nothing. Services keep the order they were
+/// inserted in (the plan adds them in that order), except that removing one
+/// moves the last service into its place.
+///
+/// Every change ([`insert`](Self::insert), [`upsert`](Self::upsert),
+/// [`remove`](Self::remove), [`upsert_destinations`](Self::upsert_destinations),
+/// [`remove_destinations`](Self::remove_destinations)) records the service's
+/// key, so that [`Syncer::sync_changes`](super::Syncer::sync_changes) can
+/// sync just those services ([`changes`](Self::changes)).
 ///
 /// ```
 /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
@@ -86,13 +101,28 @@ impl DesiredService {
 ///     Err(DesiredError::DuplicateService { .. })
 /// ));
 /// assert_eq!(desired.len(), 1);
+/// assert_eq!(desired.changes(), &[key]);
 /// # Ok::<(), DesiredError>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct DesiredState {
     services: Vec<DesiredService>,
     index: HashMap<ServiceKey, usize>,
+    /// Keys of the services changed since the record was last taken, in the
+    /// order of their first change (`changed` holds the same keys).
+    changes: Vec<ServiceKey>,
+    changed: HashSet<ServiceKey>,
 }
+
+/// Two desired states are equal when they hold the same services in the same
+/// order, whatever changes they have recorded.
+impl PartialEq for DesiredState {
+    fn eq(&self, other: &Self) -> bool {
+        self.services == other.services
+    }
+}
+
+impl Eq for DesiredState {}
 
 impl DesiredState {
     /// An empty desired state (syncing it removes every service in scope).
@@ -105,6 +135,8 @@ impl DesiredState {
         DesiredState {
             services: Vec::with_capacity(services),
             index: HashMap::with_capacity(services),
+            changes: Vec::new(),
+            changed: HashSet::new(),
         }
     }
 
@@ -121,27 +153,131 @@ impl DesiredState {
         let Entry::Vacant(slot) = self.index.entry(key) else {
             return Err(DesiredError::DuplicateService { key });
         };
-        key.validate()
-            .and_then(|()| service.validate())
-            .map_err(|source| DesiredError::InvalidService { key, source })?;
-        let mut dests: Vec<RealServer> = destinations.into_iter().collect();
-        for rs in &dests {
-            validate_destination(&key, rs).map_err(|source| DesiredError::InvalidDestination {
-                key,
-                server: rs.addr,
-                source,
-            })?;
-        }
-        dests.sort_unstable_by_key(|rs| rs.addr);
-        if let Some(w) = dests.windows(2).find(|w| w[0].addr == w[1].addr) {
-            return Err(DesiredError::DuplicateDestination {
-                key,
-                server: w[0].addr,
-            });
-        }
+        let entry = DesiredService::validated(service, destinations)?;
         slot.insert(self.services.len());
-        self.services.push(DesiredService { service, dests });
+        self.services.push(entry);
+        self.record(key);
         Ok(())
+    }
+
+    /// Adds a service with its real servers, or replaces the service and
+    /// all its real servers if it is desired already. Refuses, changing
+    /// nothing, what [`insert`](Self::insert) refuses (except a service
+    /// given twice).
+    pub fn upsert(
+        &mut self,
+        service: VirtualServer,
+        destinations: impl IntoIterator<Item = RealServer>,
+    ) -> Result<(), DesiredError> {
+        let key = service.key;
+        let entry = DesiredService::validated(service, destinations)?;
+        match self.index.get(&key) {
+            Some(&i) => self.services[i] = entry,
+            None => {
+                self.index.insert(key, self.services.len());
+                self.services.push(entry);
+            }
+        }
+        self.record(key);
+        Ok(())
+    }
+
+    /// Removes a service (syncing then deletes it, with its real servers);
+    /// the entry it had, if it was desired. The last service takes its place
+    /// in the order.
+    pub fn remove(&mut self, key: &ServiceKey) -> Option<DesiredService> {
+        let i = self.index.remove(key)?;
+        let entry = self.services.swap_remove(i);
+        if let Some(moved) = self.services.get(i) {
+            self.index.insert(moved.service.key, i);
+        }
+        self.record(*key);
+        Some(entry)
+    }
+
+    /// Adds real servers to a desired service, or replaces those it has
+    /// with the same addresses. Refuses, changing nothing, a service that is
+    /// not desired, two given real servers with one address, and a real
+    /// server the kernel would refuse for this service.
+    pub fn upsert_destinations(
+        &mut self,
+        key: &ServiceKey,
+        destinations: impl IntoIterator<Item = RealServer>,
+    ) -> Result<(), DesiredError> {
+        let key = *key;
+        let &i = self
+            .index
+            .get(&key)
+            .ok_or(DesiredError::UnknownService { key })?;
+        let new = validated_destinations(&key, destinations)?;
+        let dests = &mut self.services[i].dests;
+        if new.len() > 8 {
+            // Many at once: one merge of two sorted lists.
+            let old = std::mem::take(dests);
+            *dests = merge_sorted(old, new);
+        } else {
+            for rs in new {
+                match dests.binary_search_by_key(&rs.addr, |d| d.addr) {
+                    Ok(j) => dests[j] = rs,
+                    Err(j) => dests.insert(j, rs),
+                }
+            }
+        }
+        self.record(key);
+        Ok(())
+    }
+
+    /// Removes real servers from a desired service (addresses it does not
+    /// have are ignored); how many were removed. Refuses a service that is
+    /// not desired.
+    pub fn remove_destinations(
+        &mut self,
+        key: &ServiceKey,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Result<usize, DesiredError> {
+        let key = *key;
+        let &i = self
+            .index
+            .get(&key)
+            .ok_or(DesiredError::UnknownService { key })?;
+        let dests = &mut self.services[i].dests;
+        let before = dests.len();
+        for addr in addrs {
+            if let Ok(j) = dests.binary_search_by_key(&addr, |d| d.addr) {
+                dests.remove(j);
+            }
+        }
+        let removed = before - dests.len();
+        self.record(key);
+        Ok(removed)
+    }
+
+    /// The keys of the services changed (inserted, replaced, removed, their
+    /// real servers changed) since the record was last taken or cleared, in
+    /// the order of their first change.
+    pub fn changes(&self) -> &[ServiceKey] {
+        &self.changes
+    }
+
+    /// Takes the record of changes (see [`changes`](Self::changes)),
+    /// leaving it empty.
+    pub fn take_changes(&mut self) -> Vec<ServiceKey> {
+        self.changed.clear();
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Forgets the record of changes, for instance after a full
+    /// [`Syncer::sync`](super::Syncer::sync) of this state.
+    pub fn clear_changes(&mut self) {
+        self.changed.clear();
+        self.changes.clear();
+    }
+
+    /// Records a change of the service `key`.
+    pub(super) fn record(&mut self, key: ServiceKey) {
+        if self.changed.insert(key) {
+            self.changes.push(key);
+        }
     }
 
     /// The desired entry of a service.
@@ -154,7 +290,7 @@ impl DesiredState {
         self.index.contains_key(key)
     }
 
-    /// The services in insertion order.
+    /// The services in order (see [`DesiredState`]).
     pub fn services(&self) -> &[DesiredService] {
         &self.services
     }
@@ -173,6 +309,62 @@ impl DesiredState {
     pub fn destination_count(&self) -> usize {
         self.services.iter().map(|s| s.dests.len()).sum()
     }
+}
+
+impl DesiredService {
+    /// A validated entry: the service valid, each real server valid for it,
+    /// addresses unique (sorted).
+    fn validated(
+        service: VirtualServer,
+        destinations: impl IntoIterator<Item = RealServer>,
+    ) -> Result<Self, DesiredError> {
+        let key = service.key;
+        key.validate()
+            .and_then(|()| service.validate())
+            .map_err(|source| DesiredError::InvalidService { key, source })?;
+        let dests = validated_destinations(&key, destinations)?;
+        Ok(DesiredService { service, dests })
+    }
+}
+
+/// Real servers valid for the service `key`, sorted, addresses unique.
+fn validated_destinations(
+    key: &ServiceKey,
+    destinations: impl IntoIterator<Item = RealServer>,
+) -> Result<Vec<RealServer>, DesiredError> {
+    let key = *key;
+    let mut dests: Vec<RealServer> = destinations.into_iter().collect();
+    for rs in &dests {
+        validate_destination(&key, rs).map_err(|source| DesiredError::InvalidDestination {
+            key,
+            server: rs.addr,
+            source,
+        })?;
+    }
+    dests.sort_unstable_by_key(|rs| rs.addr);
+    if let Some(w) = dests.windows(2).find(|w| w[0].addr == w[1].addr) {
+        return Err(DesiredError::DuplicateDestination {
+            key,
+            server: w[0].addr,
+        });
+    }
+    Ok(dests)
+}
+
+/// Merges two lists sorted by address, unique each; of equal addresses the
+/// one from `new` is kept.
+fn merge_sorted(old: Vec<RealServer>, new: Vec<RealServer>) -> Vec<RealServer> {
+    let mut out = Vec::with_capacity(old.len() + new.len());
+    let mut old = old.into_iter().peekable();
+    for rs in new {
+        while let Some(o) = old.next_if(|o| o.addr < rs.addr) {
+            out.push(o);
+        }
+        old.next_if(|o| o.addr == rs.addr);
+        out.push(rs);
+    }
+    out.extend(old);
+    out
 }
 
 /// A real server as observed: its configuration and, when it was read from
@@ -341,5 +533,49 @@ impl Observed {
     /// The total number of real servers.
     pub fn destination_count(&self) -> usize {
         self.services.values().map(|s| s.dests.len()).sum()
+    }
+
+    /// Records what an operation the kernel acknowledged did: how a
+    /// [`Syncer`](super::Syncer) keeps its memory. Real servers added or
+    /// changed have unknown connection counts; operations on the real
+    /// servers of a service that is not here change nothing.
+    ///
+    /// ```
+    /// use ipvsctl::Op;
+    /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+    /// use ipvsctl::sync::Observed;
+    ///
+    /// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+    /// let rs = RealServer::new("10.244.0.2:6443".parse().unwrap());
+    /// let mut observed = Observed::new();
+    /// observed.apply(&Op::AddService(VirtualServer::new(key)));
+    /// observed.apply(&Op::AddDestination(key, rs));
+    /// assert_eq!(observed.get(&key).unwrap().destinations()[0].server, rs);
+    /// ```
+    pub fn apply(&mut self, op: &Op) {
+        match op {
+            Op::AddService(vs) => self.insert(ObservedService::new(vs.clone(), [])),
+            Op::UpdateService(vs) => {
+                if let Some(m) = self.get_mut(&vs.key) {
+                    m.service = vs.clone();
+                }
+            }
+            Op::DeleteService(k) => {
+                self.remove(k);
+            }
+            Op::AddDestination(k, rs) | Op::UpdateDestination(k, rs) => {
+                if let Some(m) = self.get_mut(k) {
+                    m.upsert(ObservedDest {
+                        server: *rs,
+                        conns: None,
+                    });
+                }
+            }
+            Op::DeleteDestination(k, addr) => {
+                if let Some(m) = self.get_mut(k) {
+                    m.remove(addr);
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
-use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
+use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
 use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
@@ -19,10 +19,12 @@ pub enum Verify {
     /// per managed service. Finds and repairs any drift. Costs about as much
     /// as reading the whole table.
     Full,
-    /// One service dump: services added, deleted or changed behind the
-    /// syncer's back are found (and their real servers read); real servers
-    /// of services that look unchanged are trusted from memory. The usual
-    /// choice for every sync, with a [`Verify::Full`] now and then.
+    /// Check the service table (one service dump, or one pipelined lookup
+    /// per remembered service in large tables, see [`ServiceCheck`]):
+    /// services deleted or changed behind the syncer's back are found (and
+    /// their real servers read); real servers of services that look
+    /// unchanged are trusted from memory. The usual choice for every sync,
+    /// with a [`Verify::Full`] now and then.
     #[default]
     Services,
     /// No read at all when the syncer's memory is complete: trust what was
@@ -30,6 +32,41 @@ pub enum Verify {
     /// failed or lost operation) are still read, and so are services with
     /// real servers to drain (their connection counts are needed).
     None,
+}
+
+/// How a [`Verify::Services`] sync checks the service table.
+///
+/// A service dump costs the kernel time that grows with the square of the
+/// table (it restarts its walk of the service table for every datagram of
+/// the dump), while a lookup of one service is a hash lookup: above a few
+/// thousand services, looking up each remembered service is cheaper than
+/// one dump. Both find services changed or deleted behind the syncer's back;
+/// a same-key service someone else created is found by the dump before
+/// anything is written, and by the kernel refusing the add otherwise (it is
+/// then a [`SyncConflict`] all the same).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServiceCheck {
+    /// [`ServiceCheck::Lookups`] from [`ServiceCheck::LOOKUPS_FROM`]
+    /// remembered services on, [`ServiceCheck::Dump`] below.
+    #[default]
+    Auto,
+    /// One service dump.
+    Dump,
+    /// One `GET_SERVICE` per remembered service, pipelined. Only with
+    /// [`Scope::Owned`]: the other scopes claim services the syncer did not
+    /// make, which only a dump finds, so they always dump.
+    Lookups,
+}
+
+impl ServiceCheck {
+    /// From how many remembered services [`ServiceCheck::Auto`] looks them
+    /// up rather than dumping the table. At 10,000 services the pipelined
+    /// lookups' floor (pre-encoded requests, answers only counted) measured
+    /// about 11 times a raw service dump (`docs/performance.md`); the dump's
+    /// cost grows at most with the square of the table and the lookups'
+    /// linearly, so lookups cannot win below about 100,000.
+    pub const LOOKUPS_FROM: usize = 100_000;
 }
 
 /// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
@@ -60,6 +97,9 @@ pub struct SyncOptions {
     /// read (default 1; extra sockets are opened on first use, in the
     /// handle's namespace).
     pub read_sockets: usize,
+    /// How a [`Verify::Services`] sync checks the service table (default
+    /// [`ServiceCheck::Auto`]).
+    pub service_check: ServiceCheck,
 }
 
 impl Default for SyncOptions {
@@ -69,6 +109,7 @@ impl Default for SyncOptions {
             plan: PlanOptions::default(),
             mode: BatchMode::Pipelined,
             read_sockets: 1,
+            service_check: ServiceCheck::Auto,
         }
     }
 }
@@ -95,6 +136,13 @@ impl SyncOptions {
     /// Sets the number of sockets for parallel full reads (default 1).
     pub fn with_read_sockets(mut self, read_sockets: usize) -> Self {
         self.read_sockets = read_sockets;
+        self
+    }
+
+    /// Sets how a [`Verify::Services`] sync checks the service table
+    /// (default [`ServiceCheck::Auto`]).
+    pub fn with_service_check(mut self, service_check: ServiceCheck) -> Self {
+        self.service_check = service_check;
         self
     }
 }
@@ -396,7 +444,106 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 self.owned.insert(key);
             }
         }
-        let mut plan = self.plan_without(desired, &report.conflicts);
+        let plan = self.plan_without(desired, &report.conflicts);
+        self.execute(desired, plan, report)
+    }
+
+    /// Makes the services `desired` records as changed
+    /// ([`DesiredState::changes`]) equal to their desired entries (a removed
+    /// one is deleted), in time proportional to them, not to the table, and
+    /// takes the record. The record is left in place when the sync fails
+    /// with `Err` (then nothing was written, or its outcome is unknown), so
+    /// the next call syncs those services again.
+    ///
+    /// Everything [`Syncer::sync`] guarantees holds for the changed
+    /// services: the scope and [ownership](Syncer#ownership) (a same-key
+    /// service that is not this syncer's is a [`SyncConflict`]), graceful
+    /// termination, pipelined writes, self-healing and the [`SyncReport`].
+    /// `verify` applies to the changed services only: [`Verify::None`]
+    /// trusts memory (services whose state became unknown are still looked
+    /// up), [`Verify::Services`] looks each changed service up
+    /// (`GET_SERVICE`, pipelined) and reads the real servers of those that
+    /// differ, and [`Verify::Full`] reads them all back. A syncer with no
+    /// memory yet reads the changed services fully whatever is asked. Drift
+    /// elsewhere is found by the periodic full [`Syncer::sync`], which after
+    /// any mix of changes plans nothing when nothing drifted.
+    ///
+    /// ```no_run
+    /// use ipvsctl::Handle;
+    /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+    /// use ipvsctl::sync::{DesiredState, Syncer, Verify};
+    ///
+    /// let handle = Handle::new()?;
+    /// let mut syncer = Syncer::new(&handle);
+    /// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+    /// let rs = |i: u8| RealServer::new(format!("10.244.0.{i}:6443").parse().unwrap());
+    /// let mut desired = DesiredState::new();
+    /// desired.insert(VirtualServer::new(key), [rs(1), rs(2)])?;
+    /// syncer.sync(&desired, Verify::Services)?;
+    /// desired.clear_changes();
+    /// // One endpoint moved: one real server removed, one added.
+    /// desired.remove_destinations(&key, [rs(1).addr])?;
+    /// desired.upsert_destinations(&key, [rs(3)])?;
+    /// let report = syncer.sync_changes(&mut desired, Verify::None)?;
+    /// assert_eq!(report.writes_sent, 2);
+    /// assert!(desired.changes().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sync_changes(
+        &mut self,
+        desired: &mut DesiredState,
+        verify: Verify,
+    ) -> Result<SyncReport> {
+        let keys = desired.take_changes();
+        let result = self.sync_services(desired, &keys, verify);
+        if result.is_err() {
+            for key in keys {
+                desired.record(key);
+            }
+        }
+        result
+    }
+
+    /// [`Syncer::sync`] restricted to the services `keys`.
+    fn sync_services(
+        &mut self,
+        desired: &DesiredState,
+        keys: &[ServiceKey],
+        verify: Verify,
+    ) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        self.observe_keys(desired, keys, verify, &mut report)?;
+        for key in keys {
+            if desired.contains(key) && self.memory.contains(key) {
+                self.owned.insert(*key);
+            }
+        }
+        let foreign: HashSet<ServiceKey> = report.conflicts.iter().map(|c| c.key).collect();
+        let mine: Vec<ServiceKey> = keys
+            .iter()
+            .filter(|k| !foreign.contains(k))
+            .copied()
+            .collect();
+        let plan = plan::plan_services(
+            desired,
+            &self.memory,
+            &mine,
+            &self.options.scope,
+            &self.owned,
+            self.options.plan,
+        );
+        self.execute(desired, plan, report)
+    }
+
+    /// Applies a plan: new services that may belong to someone else first,
+    /// then everything else pipelined, then the retries of what the kernel
+    /// contradicted.
+    fn execute(
+        &mut self,
+        desired: &DesiredState,
+        mut plan: Plan,
+        mut report: SyncReport,
+    ) -> Result<SyncReport> {
         report.planned = plan.counts;
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
@@ -483,6 +630,14 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 .collect();
             return self.read_into_memory(&keys, report);
         }
+        if verify == Verify::Services && self.looks_up() {
+            // Every managed service is remembered (or stale): look each up.
+            let mut keys: Vec<ServiceKey> = self.memory.keys().copied().collect();
+            keys.extend(self.stale.iter().filter(|k| !self.memory.contains(k)));
+            self.observe_keys(desired, &keys, Verify::Services, report)?;
+            self.stale.clear();
+            return Ok(());
+        }
         let kernel = read::services(self.handle.borrow())?;
         report.reads_sent += 1;
         let mut seen: HashMap<ServiceKey, ()> = HashMap::with_capacity(kernel.len());
@@ -548,6 +703,92 @@ impl<H: Borrow<Handle>> Syncer<H> {
         self.read_into_memory(&to_read, report)?;
         self.stale.clear();
         self.known = true;
+        Ok(())
+    }
+
+    /// Whether a [`Verify::Services`] sync looks the remembered services up
+    /// rather than dumping the table (see [`ServiceCheck`]).
+    fn looks_up(&self) -> bool {
+        matches!(self.options.scope, Scope::Owned)
+            && match self.options.service_check {
+                ServiceCheck::Dump => false,
+                ServiceCheck::Lookups => true,
+                ServiceCheck::Auto => self.memory.len() >= ServiceCheck::LOOKUPS_FROM,
+            }
+    }
+
+    /// Brings the memory of the services `keys` up to date as `verify` asks
+    /// (see [`Syncer::sync_changes`]); same-key services that are not this
+    /// syncer's and are desired go to `report.conflicts`.
+    fn observe_keys(
+        &mut self,
+        desired: &DesiredState,
+        keys: &[ServiceKey],
+        verify: Verify,
+        report: &mut SyncReport,
+    ) -> Result<()> {
+        let verify = if self.known { verify } else { Verify::Full };
+        report.verified = Some(verify);
+        let (look, mut to_read): (Vec<ServiceKey>, Vec<ServiceKey>) = if verify == Verify::None {
+            let look = keys
+                .iter()
+                .filter(|k| self.stale.contains(k))
+                .copied()
+                .collect();
+            let counts = keys
+                .iter()
+                .filter(|k| !self.stale.contains(k))
+                .filter(|k| {
+                    self.memory
+                        .get(k)
+                        .is_some_and(|m| self.needs_counts(desired, m))
+                })
+                .copied()
+                .collect();
+            (look, counts)
+        } else {
+            (keys.to_vec(), Vec::new())
+        };
+        if !look.is_empty() {
+            let found = read::lookup(self.handle.borrow(), &look)?;
+            report.reads_sent += look.len();
+            for (key, vs) in look.iter().zip(found) {
+                let Some(vs) = vs else {
+                    self.memory.remove(key);
+                    continue;
+                };
+                if !self.options.scope.includes(key, &self.owned) {
+                    // Someone else's service: never in memory.
+                    self.memory.remove(key);
+                    if desired.contains(key) {
+                        report.conflicts.push(SyncConflict {
+                            key: *key,
+                            found: Some(vs),
+                        });
+                    }
+                    continue;
+                }
+                let trusted = verify != Verify::Full
+                    && !self.stale.contains(key)
+                    && self
+                        .memory
+                        .get(key)
+                        .is_some_and(|m| m.service == vs && !self.needs_counts(desired, m));
+                if !trusted {
+                    to_read.push(*key);
+                    match self.memory.get_mut(key) {
+                        Some(m) => m.service = vs,
+                        None => self.memory.insert(ObservedService::new(vs, [])),
+                    }
+                }
+            }
+        }
+        to_read.sort_unstable();
+        to_read.dedup();
+        self.read_into_memory(&to_read, report)?;
+        for key in &look {
+            self.stale.remove(key);
+        }
         Ok(())
     }
 
@@ -781,35 +1022,17 @@ fn healable(e: &Error) -> bool {
     e.is_exists() || e.is_not_found() || matches!(e, Error::Lost { .. })
 }
 
-/// Records an acknowledged operation in memory.
+/// Records an acknowledged operation in memory and in the owned keys.
 fn remember(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, op: &Op) {
     match op {
+        // Created by this syncer: its own.
         Op::AddService(vs) => {
-            // Created by this syncer: its own.
             owned.insert(vs.key);
-            memory.insert(ObservedService::new(vs.clone(), []));
-        }
-        Op::UpdateService(vs) => {
-            if let Some(m) = memory.get_mut(&vs.key) {
-                m.service = vs.clone();
-            }
         }
         Op::DeleteService(k) => {
-            memory.remove(k);
             owned.remove(k);
         }
-        Op::AddDestination(k, rs) | Op::UpdateDestination(k, rs) => {
-            if let Some(m) = memory.get_mut(k) {
-                m.upsert(ObservedDest {
-                    server: *rs,
-                    conns: None,
-                });
-            }
-        }
-        Op::DeleteDestination(k, addr) => {
-            if let Some(m) = memory.get_mut(k) {
-                m.remove(addr);
-            }
-        }
+        _ => {}
     }
+    memory.apply(op);
 }
