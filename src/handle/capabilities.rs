@@ -218,8 +218,9 @@ pub struct Capabilities {
     pub release: String,
     /// The version at the front of [`Capabilities::release`], if it parses.
     pub version: Option<KernelVersion>,
-    /// IPVS version and connection-table size from `GET_INFO` (7.2 reports
-    /// a table size of 0).
+    /// IPVS version and connection-table size from `GET_INFO` (from Linux
+    /// 7.1 the size of the namespace's own table: 0 until its first
+    /// service).
     pub info: Info,
     /// Every scheduler in [`Scheduler::BUILT_IN`], with its availability.
     pub schedulers: Vec<(Scheduler, Availability)>,
