@@ -44,7 +44,17 @@ fn defaults_of_a_fresh_namespace() {
     assert!(read_bool(&knobs::PMTU_DISC));
     assert!(!read_bool(&knobs::SLOPPY_TCP));
     assert!(!read_bool(&knobs::BACKUP_ONLY));
-    assert!(read_bool(&knobs::RUN_ESTIMATION));
+    // run_estimation came with 5.16: on by default from there, absent before.
+    match (
+        kernel_at_least(5, 16),
+        sysctl::read(&ns, &knobs::RUN_ESTIMATION),
+    ) {
+        (true, Ok(on)) => assert!(on),
+        (false, Err(SysctlError::NotAvailable { knob, .. })) => {
+            assert_eq!(knob, "net.ipv4.vs.run_estimation")
+        }
+        (newer, other) => panic!("run_estimation (>= 5.16: {newer}): {other:?}"),
+    }
     for k in [
         &knobs::SLOPPY_SCTP,
         &knobs::NAT_ICMP_SEND,
