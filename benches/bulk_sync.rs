@@ -1145,6 +1145,13 @@ fn summary(sizes: &[usize]) {
 }
 
 fn main() {
+    // Kernels before 5.16 do not load ip_vs when the IPVS family is asked
+    // for (docs/kernel-notes.md); load it as ipvsadm does. Failure is
+    // harmless where it is built in or already loaded.
+    let _ = Command::new("modprobe")
+        .arg("ip_vs")
+        .stderr(Stdio::null())
+        .status();
     if let Ok(n) = std::env::var(MEMORY_CHILD) {
         memory_child(n.parse().unwrap_or(10_000));
         return;
