@@ -148,18 +148,35 @@ fn write_state(path: &Path, json: &str) {
 
 type Table = BTreeMap<ServiceKey, (Scheduler, BTreeMap<SocketAddr, u32>)>;
 
+/// Reads the kernel's table. The proxy may delete a service between the
+/// service dump and that service's real-server dump; the read is then
+/// taken again, so a table is always one the kernel held.
 fn table(h: &Handle) -> Table {
+    let start = Instant::now();
+    loop {
+        match try_table(h) {
+            Ok(t) => return t,
+            Err(ipvsctl::Error::ServiceNotFound { .. })
+                if start.elapsed() < Duration::from_secs(15) =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("read the table: {e:?}"),
+        }
+    }
+}
+
+fn try_table(h: &Handle) -> Result<Table, ipvsctl::Error> {
     let mut t = Table::new();
-    for s in h.list_services().expect("list services") {
+    for s in h.list_services()? {
         let dests = h
-            .list_destinations(&s.service.key)
-            .expect("list destinations")
+            .list_destinations(&s.service.key)?
             .into_iter()
             .map(|d| (d.server.addr, d.server.weight))
             .collect();
         t.insert(s.service.key, (s.service.scheduler.clone(), dests));
     }
-    t
+    Ok(t)
 }
 
 /// Waits (up to 15 s) until the kernel's table is `want`.
