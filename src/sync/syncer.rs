@@ -595,8 +595,6 @@ impl<H: Borrow<Handle>> Syncer<H> {
         );
     }
 
-    /// Whether the plan needs fresh connection counts for this remembered
-    /// service: graceful termination with real servers that are not desired.
     /// Whether the remembered real servers of `key` can stand for the
     /// kernel's, given the service the kernel reported (`vs`): not under
     /// `Verify::Full`, not stale, the service unchanged, and no counts needed.
@@ -615,6 +613,8 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 .is_some_and(|m| m.service == *vs && !self.needs_counts(desired, m))
     }
 
+    /// Whether the plan needs fresh connection counts for this remembered
+    /// service: graceful termination with real servers that are not desired.
     fn needs_counts(&self, desired: &DesiredState, s: &ObservedService) -> bool {
         if !self.options.plan.graceful_termination {
             return false;
@@ -673,13 +673,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 continue;
             }
             seen.insert(key, ());
-            let trusted = verify != Verify::Full
-                && !self.stale.contains(&key)
-                && self
-                    .memory
-                    .get(&key)
-                    .is_some_and(|m| m.service == vs && !self.needs_counts(desired, m));
-            if !trusted {
+            if !self.trusts(&key, &vs, desired, verify) {
                 to_read.push(key);
                 match self.memory.get_mut(&key) {
                     Some(m) => m.service = vs,
