@@ -735,8 +735,8 @@ fn bench_size(c: &mut Criterion, n: usize) {
                     let r = syncer
                         .sync_changes(&mut desired_now, Verify::None)
                         .expect("sync changes");
-                    if r.writes_sent != 1 || !r.is_ok() {
-                        bad.push(r.writes_sent);
+                    if r.writes_sent != 1 || r.reads_sent != 0 || !r.is_ok() {
+                        bad.push((r.writes_sent, r.reads_sent));
                     }
                 })
             })
@@ -748,14 +748,14 @@ fn bench_size(c: &mut Criterion, n: usize) {
                     flip(&mut desired_now);
                     let r = syncer.sync(&desired_now, Verify::None).expect("sync");
                     desired_now.clear_changes();
-                    if r.writes_sent != 1 || !r.is_ok() {
-                        bad.push(r.writes_sent);
+                    if r.writes_sent != 1 || r.reads_sent != 0 || !r.is_ok() {
+                        bad.push((r.writes_sent, r.reads_sent));
                     }
                 })
             })
         });
         note(format!(
-            "{}: one write per change expected; syncs differing: {bad:?}",
+            "{}: one write and no read per change expected; syncs differing (writes, reads): {bad:?}",
             tag("incr")
         ));
         // Back to the base state, then the raw replay of the request alone.

@@ -692,3 +692,29 @@ fn desired_state_changes_are_recorded_and_validated() {
     assert_eq!(d.len(), 2);
     assert_eq!(d.changes(), &[k]);
 }
+
+#[test]
+fn a_few_changes_after_a_whole_table_are_recorded_once_each() {
+    // The record of a state built service by service is as large as the
+    // table; later takes of a few changes forget them one by one.
+    let key = |i: u32| ServiceKey::fwmark(i + 1, ipvsctl::model::AddressFamily::Inet);
+    let mut d = DesiredState::new();
+    for i in 0..1000 {
+        d.insert(VirtualServer::new(key(i)), []).unwrap();
+    }
+    assert_eq!(d.take_changes().len(), 1000);
+    for round in 0..50u32 {
+        let (a, b) = (key(round), key(999 - round));
+        d.upsert(VirtualServer::new(a).with_timeout(round), [])
+            .unwrap();
+        d.upsert(VirtualServer::new(b).with_timeout(round), [])
+            .unwrap();
+        d.upsert(VirtualServer::new(a), []).unwrap();
+        assert_eq!(d.take_changes(), vec![a, b], "round {round}");
+        assert!(d.changes().is_empty());
+    }
+    d.upsert(VirtualServer::new(key(7)), []).unwrap();
+    d.clear_changes();
+    d.upsert(VirtualServer::new(key(7)), []).unwrap();
+    assert_eq!(d.changes(), &[key(7)], "a cleared change is recorded again");
+}

@@ -262,15 +262,30 @@ impl DesiredState {
     /// Takes the record of changes (see [`changes`](Self::changes)),
     /// leaving it empty.
     pub fn take_changes(&mut self) -> Vec<ServiceKey> {
-        self.changed.clear();
+        self.forget_changed();
         std::mem::take(&mut self.changes)
     }
 
     /// Forgets the record of changes, for instance after a full
     /// [`Syncer::sync`](super::Syncer::sync) of this state.
     pub fn clear_changes(&mut self) {
-        self.changed.clear();
+        self.forget_changed();
         self.changes.clear();
+    }
+
+    /// Empties `changed` (which holds the keys of `changes`) in time that
+    /// follows the number of changes. Clearing a hash set costs its
+    /// capacity, and a state built service by service keeps a capacity of
+    /// the whole table: at 10,000 services that memset was a tenth of a
+    /// one-change `sync_changes` (perf in a 6.1 guest).
+    fn forget_changed(&mut self) {
+        if self.changes.len() * 8 < self.changed.capacity() {
+            for key in &self.changes {
+                self.changed.remove(key);
+            }
+        } else {
+            self.changed.clear();
+        }
     }
 
     /// Records a change of the service `key`.
