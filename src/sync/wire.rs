@@ -88,7 +88,10 @@ impl Encoded {
     /// `max_send` bytes (at least one).
     fn fill(ops: &[Op], first: usize, count: usize, family: u16, max_send: usize) -> Encoded {
         let mut e = Encoded {
-            bytes: Vec::with_capacity(64 << 10),
+            // About what `count` operations take (at most a datagram): a
+            // whole datagram's buffer for one operation made glibc move its
+            // heap top (brk) on every sync of one change.
+            bytes: Vec::with_capacity(count.saturating_mul(ESTIMATED_OP_LEN).clamp(256, 64 << 10)),
             ends: Vec::with_capacity(count),
             first,
         };
@@ -212,6 +215,10 @@ impl Writer {
         result.map(|()| ops.len())
     }
 }
+
+/// About the encoded length of one plan operation (a service with a
+/// scheduler, or a real server with its key), to size encode buffers.
+const ESTIMATED_OP_LEN: usize = 128;
 
 /// Plans with more requests than this are sent as a pipeline.
 const PIPELINE_FROM: usize = 4 * RAMP_FROM;
