@@ -31,30 +31,14 @@ impl Handle {
     /// the repository). To replace a table, sync to the new one
     /// ([`crate::sync::Syncer`]) instead of flushing first.
     pub fn flush(&self) -> Result<()> {
-        self.call(
-            Via::Main,
-            request::flush(),
-            Kind::Ack,
-            Target::Global,
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(request::flush(), Target::Global)
     }
 
     /// Zeroes the counters of every service, or of one service and its real
     /// servers.
     pub fn zero(&self, service: Option<&ServiceKey>) -> Result<()> {
         let target = service.map_or(Target::Global, |k| Target::Service(*k));
-        self.call(
-            Via::Main,
-            request::zero(service)?,
-            Kind::Ack,
-            target,
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(request::zero(service)?, target)
     }
 
     /// Reads the connection timeouts.
@@ -76,15 +60,7 @@ impl Handle {
 
     /// Sets connection timeouts; a 0 field keeps the current value.
     pub fn set_timeouts(&self, t: &Timeouts) -> Result<()> {
-        self.call(
-            Via::Main,
-            request::set_config(t)?,
-            Kind::Ack,
-            Target::Global,
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(request::set_config(t)?, Target::Global)
     }
 
     /// Reads the IPVS version and connection-table size.
@@ -107,15 +83,7 @@ impl Handle {
     /// Starts a connection sync daemon.
     pub fn start_daemon(&self, d: &SyncDaemon) -> Result<()> {
         let msg = request::new_daemon(d)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            Target::Daemon(Some(d.role)),
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(msg, Target::Daemon(Some(d.role)))
     }
 
     /// Stops the sync daemon of a role.

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use super::{Answer, Error, Handle, Result, Target, Via};
-use crate::codec::{IpvsCmd, frame, reply, request};
+use crate::codec::{IpvsCmd, reply, request};
 use crate::model::{
     AddressFamily, DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Tunnel,
 };
@@ -27,43 +27,21 @@ impl Handle {
     /// ```
     pub fn add_destination(&self, service: &ServiceKey, rs: &RealServer) -> Result<()> {
         let msg = request::new_dest(service, rs)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            dest_target(service, rs.addr),
-            frame::decode_message,
-        )
-        .map(|a| a.data)?;
+        self.ack(msg, dest_target(service, rs.addr))?;
         self.confirm_tunnel(IpvsCmd::NewDest, service, rs)
     }
 
     /// Changes a real server's weight, forwarding method or thresholds.
     pub fn update_destination(&self, service: &ServiceKey, rs: &RealServer) -> Result<()> {
         let msg = request::set_dest(service, rs)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            dest_target(service, rs.addr),
-            frame::decode_message,
-        )
-        .map(|a| a.data)?;
+        self.ack(msg, dest_target(service, rs.addr))?;
         self.confirm_tunnel(IpvsCmd::SetDest, service, rs)
     }
 
     /// Removes a real server from a virtual server.
     pub fn delete_destination(&self, service: &ServiceKey, server: SocketAddr) -> Result<()> {
         let msg = request::del_dest(service, server)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            dest_target(service, server),
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(msg, dest_target(service, server))
     }
 
     /// Lists a virtual server's real servers (one dump), each once.

@@ -399,6 +399,12 @@ impl Handle {
         out.unwrap_or(Err(Error::Lost { op }))
     }
 
+    /// Sends one request on the handle's socket and waits for its ACK.
+    pub(crate) fn ack(&self, msg: IpvsMessage, target: Target) -> Result<()> {
+        self.call(Via::Main, msg, Kind::Ack, target, frame::decode_message)
+            .map(drop)
+    }
+
     /// Another handle in the same pinned namespace with the same options
     /// (a syncer's parallel readers).
     pub(crate) fn open_sibling(&self) -> Result<Handle> {

@@ -1,7 +1,7 @@
 //! Virtual-server operations.
 
 use super::{Error, Handle, Result, Target, Via};
-use crate::codec::{frame, reply, request};
+use crate::codec::{reply, request};
 use crate::model::{ServiceKey, ServiceSnapshot, VirtualServer};
 use crate::netlink::Kind;
 
@@ -27,44 +27,20 @@ impl Handle {
     /// ```
     pub fn add_service(&self, vs: &VirtualServer) -> Result<()> {
         let msg = request::new_service(vs)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            new_service_target(vs),
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(msg, new_service_target(vs))
     }
 
     /// Changes a virtual server's configuration (scheduler, flags, timeout,
     /// netmask, persistence engine). The key selects the service.
     pub fn update_service(&self, vs: &VirtualServer) -> Result<()> {
         let msg = request::set_service(vs)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            new_service_target(vs),
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(msg, new_service_target(vs))
     }
 
     /// Deletes a virtual server and its real servers.
     pub fn delete_service(&self, key: &ServiceKey) -> Result<()> {
         let msg = request::del_service(key)?;
-        self.call(
-            Via::Main,
-            msg,
-            Kind::Ack,
-            Target::Service(*key),
-            frame::decode_message,
-        )
-        .map(|a| a.data)
-        .map(drop)
+        self.ack(msg, Target::Service(*key))
     }
 
     /// Reads one virtual server; [`Error::ServiceNotFound`] if it does not
