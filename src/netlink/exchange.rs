@@ -74,9 +74,9 @@ impl<'a> Exchange<'a> {
         let mut pipe = Pipeline::new(self.seq.wrapping_add(1), limits, self.sock.timeout());
         let mut iter = requests.into_iter().enumerate();
         let mut carry: Option<(usize, IpvsMessage, Kind, T)> = None;
-        // Grown as requests are added: a 64 KiB buffer for a one-request
-        // exchange made glibc move its heap top (brk) and the kernel zero
-        // fresh pages on every call.
+        // Grown as requests are added (and kept across this exchange's
+        // datagrams): a 64 KiB buffer for a one-request exchange made glibc
+        // move its heap top (brk) on every call.
         let mut buf = Vec::with_capacity(4 << 10);
         let mut decode = |tag: &(usize, T), body: &[u8]| decode(&tag.1, body);
         let result = 'run: loop {
