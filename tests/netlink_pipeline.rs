@@ -159,6 +159,53 @@ fn a_failing_last_request_settles_the_ones_before_it() {
 }
 
 #[test]
+fn quiet_lookups_are_answered_by_their_data() {
+    // Lookups as `read::lookup` sends them: each answered by its data
+    // reply (each in a datagram of its own, as the kernel sends them), a
+    // missing service by an error, the last also by its ACK.
+    let mut pipe = pipeline(1, 64);
+    let sent = send(&mut pipe, &[Kind::Quiet; 4], Instant::now());
+    let acks: Vec<bool> = flags_of(&sent).iter().map(|f| f & NLM_F_ACK != 0).collect();
+    assert_eq!(acks, [false, false, false, true]);
+    for datagram in [data(1), answer(2, ENOENT), data(3), data(4), answer(4, 0)] {
+        feed(&mut pipe, Instant::now(), &datagram);
+    }
+    let out = outcomes(&mut pipe);
+    let found: Vec<(usize, bool, Option<i32>)> = out
+        .iter()
+        .map(|(_, r)| (r.data.len(), r.result.is_ok(), errno(r)))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (1, true, None),
+            (0, false, Some(ENOENT)),
+            (1, true, None),
+            (1, true, None)
+        ]
+    );
+}
+
+#[test]
+fn an_overrun_loses_every_unsettled_quiet_lookup() {
+    let mut pipe = pipeline(1, 64);
+    send(&mut pipe, &[Kind::Quiet; 3], Instant::now());
+    feed(&mut pipe, Instant::now(), &data(1));
+    pipe.on_overrun();
+    // The second lookup's data was dropped: it is lost, never a lookup that
+    // found nothing; and so is the first, whose data came but whose
+    // outcome was not settled by a later answer before the overrun.
+    assert_eq!(pipe.next_io(), Io::Recv { wait: false });
+    feed(&mut pipe, Instant::now(), &answer(3, 0));
+    pipe.on_empty();
+    let out = outcomes(&mut pipe);
+    assert!(matches!(out[0].1.result, Err(Failure::Lost)));
+    assert!(matches!(out[1].1.result, Err(Failure::Lost)));
+    assert!(out[1].1.data.is_empty());
+    assert!(out[2].1.result.is_ok());
+}
+
+#[test]
 fn an_ack_request_without_an_answer_is_unanswered() {
     let mut pipe = pipeline(1, 64);
     send(&mut pipe, &[Kind::Ack, Kind::Ack], Instant::now());

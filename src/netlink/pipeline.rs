@@ -45,11 +45,16 @@ pub enum Kind {
     Ack,
     /// A dump (`NLM_F_DUMP`): data replies, then `NLMSG_DONE` or an error.
     Dump,
-    /// A "do" request without data replies that is answered only when it
-    /// fails (no `NLM_F_ACK`, except on the last request of a datagram):
-    /// for requests whose handler never returns `EINTR`, since netlink does
-    /// not answer that even as an error (see [`Failure::Unanswered`]) — the
-    /// service and real-server changes, not `DEL_DAEMON`.
+    /// A "do" request sent without `NLM_F_ACK` (except the last request of a
+    /// datagram): answered by its data replies if it has any, by an error
+    /// when it fails, and otherwise by nothing. For requests whose handler
+    /// never returns `EINTR`, since netlink does not answer that even as an
+    /// error (see [`Failure::Unanswered`]): the service and real-server
+    /// changes and the single-service lookup, not `DEL_DAEMON`. A lookup
+    /// that succeeded always has its data reply, so a quiet lookup settled
+    /// without data is a service the kernel did not report, never a missing
+    /// answer taken for one (the kernel queues a request's replies before it
+    /// handles the next request, whose answer settles it).
     Quiet,
 }
 

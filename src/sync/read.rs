@@ -119,12 +119,16 @@ pub(crate) fn destinations_each(
 
 /// Looks up each service in `keys` (pipelined `GET_SERVICE`s): `None` for a
 /// service that does not exist.
+///
+/// The lookups are quiet (only the last of a datagram asks for an ACK): the
+/// data reply answers a lookup, and an ACK for each would double the
+/// messages the kernel builds and this side receives.
 pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
     let decode = |_: usize, body: &[u8]| reply::service_from_body(body).map(|s| s.service);
     per_key(
         handle,
         keys,
-        (request::get_service, Kind::Ack, IpvsCmd::GetService),
+        (request::get_service, Kind::Quiet, IpvsCmd::GetService),
         decode,
         |r| match r {
             Err(Error::ServiceNotFound { .. }) => Ok(None),
