@@ -1,12 +1,13 @@
 //! Virtual servers (IPVS "services").
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::{AddressFamily, PersistenceEngine, Protocol, Scheduler};
 
 /// The identity of a virtual server: what the kernel looks it up by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -71,6 +72,38 @@ impl ServiceKey {
             ServiceKey::Addr { addr, .. } => AddressFamily::of(&addr.ip()),
             ServiceKey::FwMark { family, .. } => *family,
         }
+    }
+}
+
+/// One write of the key's bytes. Every sync looks keys up in several maps
+/// per service (the desired state, the memory, the owned set), and the
+/// standard hasher pays per write: the derived impl made six (the variant,
+/// the protocol, the address's variant, the octets' length, the octets and
+/// the port). Equal keys write equal bytes; an IPv6 address's flow label
+/// and scope id are left out, which only lets keys that differ in them
+/// share a hash.
+impl Hash for ServiceKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // [kind, 0, protocol (2), port (2), 0, 0, address or mark (16)]
+        let mut bytes = [0u8; 24];
+        match *self {
+            ServiceKey::Addr { protocol, addr } => {
+                bytes[2..4].copy_from_slice(&protocol.to_raw().to_ne_bytes());
+                bytes[4..6].copy_from_slice(&addr.port().to_ne_bytes());
+                match addr.ip() {
+                    IpAddr::V4(ip) => bytes[8..12].copy_from_slice(&ip.octets()),
+                    IpAddr::V6(ip) => {
+                        bytes[0] = 1;
+                        bytes[8..24].copy_from_slice(&ip.octets());
+                    }
+                }
+            }
+            ServiceKey::FwMark { mark, family } => {
+                bytes[0] = 2 + u8::from(family == AddressFamily::Inet6);
+                bytes[8..12].copy_from_slice(&mark.to_ne_bytes());
+            }
+        }
+        state.write(&bytes);
     }
 }
 
@@ -343,5 +376,47 @@ impl VirtualServer {
             ServiceKey::Addr { addr, .. } => Some(addr.ip()),
             ServiceKey::FwMark { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    /// The keys differ from each other in one field each.
+    fn keys() -> Vec<ServiceKey> {
+        vec![
+            ServiceKey::tcp("10.96.0.1:80".parse().unwrap()),
+            ServiceKey::udp("10.96.0.1:80".parse().unwrap()),
+            ServiceKey::Addr {
+                protocol: Protocol::Sctp,
+                addr: "10.96.0.1:80".parse().unwrap(),
+            },
+            ServiceKey::tcp("10.96.0.1:81".parse().unwrap()),
+            ServiceKey::tcp("10.96.0.2:80".parse().unwrap()),
+            ServiceKey::tcp("[::ffff:10.96.0.1]:80".parse().unwrap()),
+            ServiceKey::tcp("[2001:db8::1]:80".parse().unwrap()),
+            ServiceKey::tcp("[2001:db8::1]:81".parse().unwrap()),
+            ServiceKey::fwmark(1, AddressFamily::Inet),
+            ServiceKey::fwmark(1, AddressFamily::Inet6),
+            ServiceKey::fwmark(2, AddressFamily::Inet),
+        ]
+    }
+
+    #[test]
+    fn equal_keys_hash_equal_and_these_distinct_keys_do_not() {
+        let state = std::collections::hash_map::RandomState::new();
+        let keys = keys();
+        for (i, a) in keys.iter().enumerate() {
+            assert_eq!(state.hash_one(a), state.hash_one(*a), "{a}");
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+                assert_ne!(state.hash_one(a), state.hash_one(b), "{a} and {b}");
+            }
+        }
+        let set: std::collections::HashSet<ServiceKey> = keys.iter().copied().collect();
+        assert_eq!(set.len(), keys.len());
+        assert!(keys.iter().all(|k| set.contains(k)));
     }
 }

@@ -201,14 +201,21 @@ pub fn plan(
     options: PlanOptions,
 ) -> Plan {
     let mut p = Plan::default();
+    let mut observed_desired = 0;
     for ds in desired.services() {
-        plan_service(&mut p, ds, observed, options);
+        observed_desired += usize::from(plan_service(&mut p, ds, observed, options));
     }
-    let mut gone: Vec<ServiceKey> = observed
-        .keys()
-        .filter(|k| !desired.contains(k) && scope.includes(k, owned))
-        .copied()
-        .collect();
+    // When every observed service is desired (the usual resync), there is
+    // nothing to delete and no need to look each one up again.
+    let mut gone: Vec<ServiceKey> = if observed_desired == observed.len() {
+        Vec::new()
+    } else {
+        observed
+            .keys()
+            .filter(|k| !desired.contains(k) && scope.includes(k, owned))
+            .copied()
+            .collect()
+    };
     gone.sort_unstable();
     p.counts.services.deleted = gone.len();
     p.ops.extend(gone.into_iter().map(Op::DeleteService));
@@ -252,7 +259,9 @@ pub fn plan_services(
             continue;
         }
         match desired.get(key) {
-            Some(ds) => plan_service(&mut p, ds, observed, options),
+            Some(ds) => {
+                plan_service(&mut p, ds, observed, options);
+            }
             None if observed.contains(key) && scope.includes(key, owned) => gone.push(*key),
             None => {}
         }
@@ -264,7 +273,13 @@ pub fn plan_services(
 }
 
 /// Plans one desired service: its add or update, then its real servers.
-fn plan_service(p: &mut Plan, ds: &DesiredService, observed: &Observed, options: PlanOptions) {
+/// Returns whether `observed` has the service.
+fn plan_service(
+    p: &mut Plan,
+    ds: &DesiredService,
+    observed: &Observed,
+    options: PlanOptions,
+) -> bool {
     let vs = ds.service();
     let key = vs.key;
     match observed.get(&key) {
@@ -275,6 +290,7 @@ fn plan_service(p: &mut Plan, ds: &DesiredService, observed: &Observed, options:
                 p.ops.push(Op::AddDestination(key, *rs));
             }
             p.counts.destinations.added += ds.destinations().len();
+            false
         }
         Some(os) => {
             if os.service == *vs {
@@ -284,6 +300,7 @@ fn plan_service(p: &mut Plan, ds: &DesiredService, observed: &Observed, options:
                 p.counts.services.updated += 1;
             }
             diff_dests(p, key, ds.destinations(), os, options);
+            true
         }
     }
 }

@@ -2,7 +2,7 @@
 //! what the kernel acknowledged, self-heal.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
@@ -61,12 +61,13 @@ pub enum ServiceCheck {
 
 impl ServiceCheck {
     /// From how many remembered services [`ServiceCheck::Auto`] looks them
-    /// up rather than dumping the table. At 10,000 services the pipelined
-    /// lookups' floor (pre-encoded requests, answers only counted) measured
-    /// about 11 times a raw service dump (`docs/performance.md`); the dump's
-    /// cost grows at most with the square of the table and the lookups'
-    /// linearly, so lookups cannot win below about 100,000.
-    pub const LOOKUPS_FROM: usize = 100_000;
+    /// up rather than dumping the table. The dump's cost grows with the
+    /// square of the table and a lookup's stays flat; by the kernels' own
+    /// floors (`docs/performance.md`), lookups win from about 14,000
+    /// services on Linux 7.3 and from about 45,000 on 6.1, whose dump is
+    /// cheaper. Between the two, either check costs at most about twice the
+    /// other.
+    pub const LOOKUPS_FROM: usize = 25_000;
 }
 
 /// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
@@ -440,7 +441,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         // by the scope.
         for ds in desired.services() {
             let key = ds.service().key;
-            if self.memory.get(&key).is_some() {
+            if !self.owned.contains(&key) && self.memory.contains(&key) {
                 self.owned.insert(key);
             }
         }
@@ -595,22 +596,22 @@ impl<H: Borrow<Handle>> Syncer<H> {
         );
     }
 
-    /// Whether the remembered real servers of `key` can stand for the
-    /// kernel's, given the service the kernel reported (`vs`): not under
-    /// `Verify::Full`, not stale, the service unchanged, and no counts needed.
+    /// Whether the remembered real servers of `key` (`m`, its entry in
+    /// memory) can stand for the kernel's, given the service the kernel
+    /// reported (`vs`): not under `Verify::Full`, not stale, the service
+    /// unchanged, and no counts needed.
     fn trusts(
         &self,
         key: &ServiceKey,
+        m: &ObservedService,
         vs: &VirtualServer,
         desired: &DesiredState,
         verify: Verify,
     ) -> bool {
         verify != Verify::Full
             && !self.stale.contains(key)
-            && self
-                .memory
-                .get(key)
-                .is_some_and(|m| m.service == *vs && !self.needs_counts(desired, m))
+            && m.service == *vs
+            && !self.needs_counts(desired, m)
     }
 
     /// Whether the plan needs fresh connection counts for this remembered
@@ -656,9 +657,12 @@ impl<H: Borrow<Handle>> Syncer<H> {
             self.stale.clear();
             return Ok(());
         }
+        // Listed once each (the dump's repeats are dropped).
         let kernel = read::services(self.handle.borrow())?;
         report.reads_sent += 1;
-        let mut seen: HashMap<ServiceKey, ()> = HashMap::with_capacity(kernel.len());
+        let remembered = self.memory.len();
+        let mut remembered_listed = 0;
+        let mut listed = Vec::with_capacity(kernel.len());
         let mut to_read = Vec::new();
         for vs in kernel {
             let key = vs.key;
@@ -672,40 +676,48 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 }
                 continue;
             }
-            seen.insert(key, ());
-            if !self.trusts(&key, &vs, desired, verify) {
-                to_read.push(key);
-                match self.memory.get_mut(&key) {
-                    Some(m) => m.service = vs,
-                    None => self.memory.insert(ObservedService::new(vs, [])),
-                }
+            listed.push(key);
+            let m = self.memory.get(&key);
+            remembered_listed += usize::from(m.is_some());
+            if m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
+                continue;
+            }
+            to_read.push(key);
+            match self.memory.get_mut(&key) {
+                Some(m) => m.service = vs,
+                None => self.memory.insert(ObservedService::new(vs, [])),
             }
         }
         // A multi-part service dump is not a snapshot: the kernel resumes it
         // by position in a table shared by every namespace, so changes in
         // another namespace can make it skip services of this one. Services
         // remembered but not listed are looked up before they count as gone.
-        let unlisted: Vec<ServiceKey> = self
-            .memory
-            .keys()
-            .filter(|k| !seen.contains_key(k))
-            .copied()
-            .collect();
-        if !unlisted.is_empty() {
+        // When the dump listed every remembered service (the usual case),
+        // there are none, and no set of the listed keys is built.
+        if remembered_listed < remembered {
+            let mut seen: HashSet<ServiceKey> = listed.into_iter().collect();
+            let unlisted: Vec<ServiceKey> = self
+                .memory
+                .keys()
+                .filter(|k| !seen.contains(k))
+                .copied()
+                .collect();
             let found = read::lookup(self.handle.borrow(), &unlisted)?;
             report.reads_sent += unlisted.len();
             for (key, vs) in unlisted.iter().zip(found) {
                 let Some(vs) = vs else { continue };
-                seen.insert(*key, ());
-                if !self.trusts(key, &vs, desired, verify) {
-                    to_read.push(*key);
-                    if let Some(m) = self.memory.get_mut(key) {
-                        m.service = vs;
-                    }
+                seen.insert(*key);
+                let m = self.memory.get(key);
+                if m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
+                    continue;
+                }
+                to_read.push(*key);
+                if let Some(m) = self.memory.get_mut(key) {
+                    m.service = vs;
                 }
             }
+            self.memory.retain(|k, _| seen.contains(k));
         }
-        self.memory.retain(|k, _| seen.contains_key(k));
         self.read_into_memory(&to_read, report)?;
         self.stale.clear();
         self.known = true;
@@ -774,7 +786,8 @@ impl<H: Borrow<Handle>> Syncer<H> {
                     }
                     continue;
                 }
-                if !self.trusts(key, &vs, desired, verify) {
+                let m = self.memory.get(key);
+                if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
                     to_read.push(*key);
                     match self.memory.get_mut(key) {
                         Some(m) => m.service = vs,
