@@ -20,6 +20,8 @@
 //!     each datagram asking for an ACK (the kernel answers the others only
 //!     when they fail), as the syncer sends them — the kernel's own cost
 //!     without an ACK per request;
+//!   - `handle_apply`: the same operations through `Handle::apply` (the
+//!     handle's pipelined batch, no syncer);
 //!   - `ipvsadm_restore`: `ipvsadm -R` of the identical rule set (Debian's
 //!     ipvsadm). At sizes above 1,000 it is timed outside criterion, once by
 //!     default (`IPVSCTL_BENCH_IPVSADM_RUNS`), because it takes about a
@@ -43,10 +45,14 @@
 //!   weight back and forth: `sync_changes` (the incremental update,
 //!   `Verify::None`), `full_sync_none` (the full desired state synced with
 //!   `Verify::None`), `raw_replay` (the one pre-encoded `SET_DEST`, sent and
-//!   its ACK received).
-//! * `read/raw_service_dump`, `read/raw_get_services` — the floors of the
-//!   two service checks: the same requests pre-encoded, answers counted,
-//!   nothing decoded.
+//!   its ACK received); then `IPVSCTL_BENCH_INCR_PAIRS` (default 1,001)
+//!   pairs of `sync_changes` and the raw replay, alternately, for the
+//!   median of the per-pair ratios.
+//! * `read/raw_service_dump`, `read/raw_get_services`,
+//!   `read/raw_get_services_quiet` — the floors of the two service checks:
+//!   the same requests pre-encoded, answers counted, nothing decoded; the
+//!   lookups with an ACK each, and with an ACK for the last of each
+//!   datagram only (as the library sends them).
 //! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
 //!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
 //!   per service through the handle's plain calls), `dumps_each` (the same
@@ -67,7 +73,7 @@
 //! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,memory` (the parts to run;
 //! default all), `IPVSCTL_BENCH_LARGE_RUNS=3`,
 //! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
-//! `IPVSCTL_BENCH_PAIRS`.
+//! `IPVSCTL_BENCH_PAIRS`, `IPVSCTL_BENCH_INCR_PAIRS`.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -352,6 +358,28 @@ fn raw_replay(ns: &Ns, d: &DesiredState, ack_each: bool) -> Duration {
     e
 }
 
+/// `Handle::apply` of every operation of the cold plan (planned untimed):
+/// the handle's own pipelined batch, without a syncer's reading and
+/// bookkeeping.
+fn apply_cold(ns: &Ns, d: &DesiredState) -> Duration {
+    let h = ns.handle();
+    let ops = sync::plan(
+        d,
+        &Observed::new(),
+        &Scope::Owned,
+        &Default::default(),
+        PlanOptions::default(),
+    )
+    .ops;
+    let count = ops.len();
+    let t = Instant::now();
+    let r = h.apply(ops);
+    let e = t.elapsed();
+    assert!(r.failed.is_empty(), "apply failed: {:?}", r.failed.first());
+    assert_eq!(r.sent, count);
+    e
+}
+
 fn ipvsadm_restore(ns: &Ns, rules: &str) -> Duration {
     let file = std::env::temp_dir().join(format!("ipvsctl-bench-rules-{}", std::process::id()));
     std::fs::write(&file, rules).expect("write rules");
@@ -439,41 +467,63 @@ fn raw_dump(sock: &mut GenlSocket, req: &[u8]) -> usize {
     }
 }
 
-/// Pre-encoded requests in datagrams as large as the socket takes, each
-/// request asking for an ACK; `send` sends them all and counts every answer
-/// message (data and ACKs) without decoding any: the kernel's floor for the
-/// same requests pipelined.
+/// Pre-encoded requests in datagrams as large as the socket takes; `send`
+/// sends them all and counts every answer message (data and ACKs) without
+/// decoding any: the kernel's floor for the same requests pipelined.
 struct RawPipeline {
     sock: GenlSocket,
     /// (datagram, answers it gets)
     chunks: Vec<(Vec<u8>, usize)>,
 }
 
+/// Which requests of a [`RawPipeline`] ask for an ACK.
+#[derive(Clone, Copy, PartialEq)]
+enum Acks {
+    /// Every request.
+    Each,
+    /// Only the last of each datagram (as the library sends lookups and
+    /// writes): the others are answered by their data, or by an error.
+    Last,
+}
+
 impl RawPipeline {
-    /// `answers`: messages each request gets (an ACK, plus a data message
-    /// for a lookup).
+    /// `data`: data messages each request gets (one for a lookup, none for a
+    /// write).
     fn new(
         ns: &Ns,
         msgs: impl IntoIterator<Item = ipvsctl::codec::IpvsMessage>,
-        answers: usize,
+        data: usize,
+        acks: Acks,
     ) -> RawPipeline {
         let family = ns.handle().family_id();
         let sock = GenlSocket::open(&ns.netns()).expect("socket");
         let (max_batch, max_send) = (sock.max_batch(), sock.max_send());
+        let answers = |count: usize| match acks {
+            Acks::Each => count * (data + 1),
+            Acks::Last => count * data + 1,
+        };
+        let flags = match acks {
+            Acks::Each => NLM_F_ACK,
+            Acks::Last => 0,
+        };
         let mut chunks = Vec::new();
-        let (mut buf, mut count) = (Vec::new(), 0);
+        let (mut buf, mut count, mut last_at) = (Vec::new(), 0, 0);
         for (seq, msg) in (1u32..).zip(msgs) {
             let before = buf.len();
-            frame::encode_request(&mut buf, &msg, family, seq, NLM_F_ACK).expect("encode");
+            frame::encode_request(&mut buf, &msg, family, seq, flags).expect("encode");
             if (buf.len() > max_send || count == max_batch) && count > 0 {
                 let tail = buf.split_off(before);
-                chunks.push((std::mem::replace(&mut buf, tail), count * answers));
-                count = 0;
+                frame::set_flags(&mut buf[last_at..], NLM_F_REQUEST | NLM_F_ACK);
+                chunks.push((std::mem::replace(&mut buf, tail), answers(count)));
+                (count, last_at) = (0, 0);
+            } else {
+                last_at = before;
             }
             count += 1;
         }
         if count > 0 {
-            chunks.push((buf, count * answers));
+            frame::set_flags(&mut buf[last_at..], NLM_F_REQUEST | NLM_F_ACK);
+            chunks.push((buf, answers(count)));
         }
         RawPipeline { sock, chunks }
     }
@@ -569,6 +619,10 @@ fn bench_size(c: &mut Criterion, n: usize) {
         let case = tag("cold/raw_replay_errors_only");
         case_fn("cold/raw_replay_errors_only", &mut |it| {
             cold(&case, it, |ns| raw_replay(ns, &base, false))
+        });
+        let case = tag("cold/handle_apply");
+        case_fn("cold/handle_apply", &mut |it| {
+            cold(&case, it, |ns| apply_cold(ns, &base))
         });
         // The same two side by side in pairs: the guest's speed drifts over
         // seconds under emulation, so the median of per-pair ratios is steadier
@@ -694,16 +748,26 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 })
             })
         });
-        let mut raw_lookups = RawPipeline::new(
-            &ns,
-            base.services()
-                .iter()
-                .map(|s| request::get_service(&s.service().key).expect("valid")),
-            2,
-        );
+        let lookups = |acks| {
+            RawPipeline::new(
+                &ns,
+                base.services()
+                    .iter()
+                    .map(|s| request::get_service(&s.service().key).expect("valid")),
+                1,
+                acks,
+            )
+        };
+        let mut raw_lookups = lookups(Acks::Each);
         let case = tag("read/raw_get_services");
         g.bench_function("read/raw_get_services", |b| {
             b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), 2 * n)))
+        });
+        let mut raw_lookups = lookups(Acks::Last);
+        let want = n + raw_lookups.chunks.len();
+        let case = tag("read/raw_get_services_quiet");
+        g.bench_function("read/raw_get_services_quiet", |b| {
+            b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), want)))
         });
     }
 
@@ -772,7 +836,8 @@ fn bench_size(c: &mut Criterion, n: usize) {
             RawPipeline::new(
                 &ns,
                 [request::set_dest(&key, &with_weight(w)).expect("valid")],
-                1,
+                0,
+                Acks::Each,
             )
         });
         let case = tag("incr/raw_replay");
@@ -787,6 +852,48 @@ fn bench_size(c: &mut Criterion, n: usize) {
         });
         if turn % 2 == 1 {
             replays[1].send();
+        }
+        // The same two side by side: each pair one incremental update (to
+        // weight 2, then back to 1 in the next pair) and the raw replay of
+        // the request it sent, for the median of the per-pair ratios.
+        let incr_pairs: usize = env_num("IPVSCTL_BENCH_INCR_PAIRS", 1001);
+        let mut ratios: Vec<f64> = (0..incr_pairs)
+            .map(|k| {
+                let t = Instant::now();
+                flip(&mut desired_now);
+                let r = syncer
+                    .sync_changes(&mut desired_now, Verify::None)
+                    .expect("sync changes");
+                let incr = t.elapsed();
+                assert!(r.writes_sent == 1 && r.reads_sent == 0 && r.is_ok());
+                record(&tag("paired/incr_sync_changes"), incr);
+                let t = Instant::now();
+                assert_eq!(replays[k % 2].send(), 1);
+                let raw = t.elapsed();
+                record(&tag("paired/incr_raw_replay"), raw);
+                incr.as_secs_f64() / raw.as_secs_f64()
+            })
+            .collect();
+        if incr_pairs % 2 == 1 {
+            flip(&mut desired_now);
+            assert!(
+                syncer
+                    .sync_changes(&mut desired_now, Verify::None)
+                    .expect("back")
+                    .is_ok()
+            );
+        }
+        ratios.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(q1), Some(mid), Some(q3), Some(hi)) = (
+            ratios.first(),
+            ratios.get(ratios.len() / 4),
+            ratios.get(ratios.len() / 2),
+            ratios.get(ratios.len() * 3 / 4),
+            ratios.last(),
+        ) {
+            note(format!(
+                "{n}x{DESTS}: one real server changed, sync_changes / raw replay, in {incr_pairs} pairs: median {mid:.2} (quartiles {q1:.2}-{q3:.2}, min {lo:.2}, max {hi:.2}) (goal <= 2)"
+            ));
         }
     }
 
@@ -1028,6 +1135,13 @@ fn summary(sizes: &[usize]) {
         );
         ratio_line(
             &mut out,
+            &format!("{n}: Handle::apply / cold sync"),
+            &t("cold/handle_apply"),
+            &t("cold/sync_pipelined"),
+            "",
+        );
+        ratio_line(
+            &mut out,
             &format!("{n}: one-by-one / cold sync"),
             &t("cold/sync_one_by_one"),
             &t("cold/sync_pipelined"),
@@ -1118,13 +1232,20 @@ fn summary(sizes: &[usize]) {
             &mut out,
             &format!("{n}: verify_services (lookups) / raw GET_SERVICE pipeline"),
             &t("resync/verify_services_lookups"),
+            &t("read/raw_get_services_quiet"),
+            "",
+        );
+        ratio_line(
+            &mut out,
+            &format!("{n}: raw GET_SERVICE pipeline, ACK per datagram / per request"),
+            &t("read/raw_get_services_quiet"),
             &t("read/raw_get_services"),
             "",
         );
         ratio_line(
             &mut out,
             &format!("{n}: raw GET_SERVICE pipeline / raw service dump"),
-            &t("read/raw_get_services"),
+            &t("read/raw_get_services_quiet"),
             &t("read/raw_service_dump"),
             "",
         );
