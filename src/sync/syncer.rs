@@ -549,9 +549,10 @@ impl<H: Borrow<Handle>> Syncer<H> {
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
-        let ops = std::mem::take(&mut plan.ops);
-        let (claims, mut rest): (Vec<Op>, Vec<Op>) =
-            ops.into_iter().partition(|op| self.claims(op));
+        // The claims are moved out of the plan's operations in place: a
+        // cold sync's plan holds every real server of the table.
+        let mut rest = std::mem::take(&mut plan.ops);
+        let claims: Vec<Op> = rest.extract_if(.., |op| self.claims(op)).collect();
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
         if !claims.is_empty() {
