@@ -718,3 +718,41 @@ fn a_few_changes_after_a_whole_table_are_recorded_once_each() {
     d.upsert(VirtualServer::new(key(7)), []).unwrap();
     assert_eq!(d.changes(), &[key(7)], "a cleared change is recorded again");
 }
+
+#[test]
+fn plan_services_counts_a_repeated_key_once_in_short_and_long_lists() {
+    let key = |i: u16| ServiceKey::tcp(SocketAddr::from(([10, 96, (i >> 8) as u8, i as u8], 80)));
+    let mut desired = DesiredState::new();
+    for i in 0..40 {
+        desired
+            .insert(
+                VirtualServer::new(key(i)),
+                [RealServer::new(SocketAddr::from((
+                    [10, 244, 0, i as u8],
+                    8080,
+                )))],
+            )
+            .unwrap();
+    }
+    let observed = Observed::new();
+    let owned = HashSet::new();
+    let plan = |keys: &[ServiceKey]| {
+        sync::plan_services(
+            &desired,
+            &observed,
+            keys,
+            &Scope::Owned,
+            &owned,
+            PlanOptions::default(),
+        )
+    };
+    // Below and above the length from which a set finds the repeats.
+    for n in [3u16, 40] {
+        let once: Vec<ServiceKey> = (0..n).map(key).collect();
+        let mut twice = once.clone();
+        twice.extend(once.iter().rev());
+        twice.insert(1, once[0]);
+        assert_eq!(plan(&twice), plan(&once), "{n} keys");
+        assert_eq!(plan(&once).ops.len(), 2 * usize::from(n));
+    }
+}

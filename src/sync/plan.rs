@@ -252,10 +252,17 @@ pub fn plan_services(
     options: PlanOptions,
 ) -> Plan {
     let mut p = Plan::default();
-    let mut seen = HashSet::with_capacity(keys.len());
+    // A few keys (one change, the usual case) are checked for repeats
+    // against those before them, without a set to build and hash into.
+    let mut seen = HashSet::with_capacity(if keys.len() > FEW_KEYS { keys.len() } else { 0 });
     let mut gone = Vec::new();
-    for key in keys {
-        if !seen.insert(*key) {
+    for (i, key) in keys.iter().enumerate() {
+        let repeated = if keys.len() > FEW_KEYS {
+            !seen.insert(*key)
+        } else {
+            keys[..i].contains(key)
+        };
+        if repeated {
             continue;
         }
         match desired.get(key) {
@@ -271,6 +278,9 @@ pub fn plan_services(
     p.ops.extend(gone.into_iter().map(Op::DeleteService));
     p
 }
+
+/// Up to this many keys, [`plan_services`] finds repeats by comparing.
+const FEW_KEYS: usize = 16;
 
 /// Plans one desired service: its add or update, then its real servers.
 /// Returns whether `observed` has the service.

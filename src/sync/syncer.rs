@@ -1,7 +1,7 @@
 //! The executor: observe (read or remember), plan, apply pipelined, remember
 //! what the kernel acknowledged, self-heal.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -515,16 +515,19 @@ impl<H: Borrow<Handle>> Syncer<H> {
         let mut report = SyncReport::default();
         self.observe_keys(desired, keys, verify, &mut report)?;
         for key in keys {
-            if desired.contains(key) && self.memory.contains(key) {
+            if !self.owned.contains(key) && desired.contains(key) && self.memory.contains(key) {
                 self.owned.insert(*key);
             }
         }
-        let foreign: HashSet<ServiceKey> = report.conflicts.iter().map(|c| c.key).collect();
-        let mine: Vec<ServiceKey> = keys
-            .iter()
-            .filter(|k| !foreign.contains(k))
-            .copied()
-            .collect();
+        let mine: Cow<'_, [ServiceKey]> = if report.conflicts.is_empty() {
+            Cow::Borrowed(keys)
+        } else {
+            let foreign: HashSet<ServiceKey> = report.conflicts.iter().map(|c| c.key).collect();
+            keys.iter()
+                .filter(|k| !foreign.contains(k))
+                .copied()
+                .collect()
+        };
         let plan = plan::plan_services(
             desired,
             &self.memory,
@@ -754,16 +757,20 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 .filter(|k| self.stale.contains(k))
                 .copied()
                 .collect();
-            let counts = keys
-                .iter()
-                .filter(|k| !self.stale.contains(k))
-                .filter(|k| {
-                    self.memory
-                        .get(k)
-                        .is_some_and(|m| self.needs_counts(desired, m))
-                })
-                .copied()
-                .collect();
+            // Counts are needed only to drain (graceful termination).
+            let counts = if self.options.plan.graceful_termination {
+                keys.iter()
+                    .filter(|k| !self.stale.contains(k))
+                    .filter(|k| {
+                        self.memory
+                            .get(k)
+                            .is_some_and(|m| self.needs_counts(desired, m))
+                    })
+                    .copied()
+                    .collect()
+            } else {
+                Vec::new()
+            };
             (look, counts)
         } else {
             (keys.to_vec(), Vec::new())

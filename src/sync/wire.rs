@@ -23,18 +23,18 @@ use std::sync::mpsc;
 
 use crate::codec::attr::{begin_nest, end_nest};
 use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
-use crate::codec::frame::{self, NLM_F_ACK};
+use crate::codec::frame;
 use crate::codec::request;
 use crate::handle::outcome;
 use crate::netlink::pipeline::{Kind, Limits, Pipeline, Push, Reply};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
 
-/// Appends one request for `op`, with `NLM_F_ACK` when `ack`. The operation
-/// must be valid (plan operations are: desired values are validated on
-/// insertion, deletes name objects the kernel reported).
-pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32, ack: bool) {
-    let flags = if ack { NLM_F_ACK } else { 0 };
+/// Appends one request for `op` with the header flags `flags`
+/// (`NLM_F_REQUEST` is always set). The operation must be valid (plan
+/// operations are: desired values are validated on insertion, deletes name
+/// objects the kernel reported).
+pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32, flags: u16) {
     let start =
         frame::push_request_header(out, family, flags, seq, op.cmd().to_raw(), FAMILY_VERSION);
     let svc = begin_nest(out, cmd_attr::SERVICE);
@@ -73,6 +73,9 @@ pub(crate) struct Writer {
     sock: GenlSocket,
     family: u16,
     seq: u32,
+    /// The datagram buffer of small sends, kept across them (a sync of one
+    /// change would otherwise allocate it every time).
+    buf: Vec<u8>,
 }
 
 /// Requests encoded back to back for `ops[first..]`: each ends at its entry
@@ -97,7 +100,7 @@ impl Encoded {
         };
         for op in ops.iter().skip(first).take(count) {
             let before = e.bytes.len();
-            encode(&mut e.bytes, op, family, 0, false);
+            encode(&mut e.bytes, op, family, 0, 0);
             if e.bytes.len() > max_send && !e.ends.is_empty() {
                 e.bytes.truncate(before);
                 break;
@@ -128,6 +131,7 @@ impl Writer {
             sock,
             family: handle.family_id(),
             seq: 0,
+            buf: Vec::new(),
         })
     }
 
@@ -162,14 +166,30 @@ impl Writer {
         );
         let sock = &mut self.sock;
         let result = if one_by_one || ops.len() <= PIPELINE_FROM {
+            // Written straight into the datagram, on this thread.
+            let buf = &mut self.buf;
             let mut next = 0;
             let mut outcome = Ok(());
             while next < ops.len() && outcome.is_ok() {
-                let encoded = Encoded::fill(ops, next, max_batch, family, max_send);
-                next += encoded.ends.len();
-                outcome = transmit(sock, &mut pipe, &encoded, |answers| {
-                    report(ops, answers, &mut on_result)
-                });
+                buf.clear();
+                while let Some(op) = ops.get(next) {
+                    let write = |out: &mut Vec<u8>, seq, flags| {
+                        encode(out, op, family, seq, flags);
+                        Ok::<(), std::convert::Infallible>(())
+                    };
+                    match pipe.push(buf, Kind::Quiet, next, write) {
+                        Ok(Push::Added) => next += 1,
+                        Ok(Push::Full(_)) => break,
+                        Err(never) => match never {},
+                    }
+                }
+                if !pipe.seal(buf) {
+                    break;
+                }
+                outcome = drive(sock, &mut pipe, buf, &mut |_, _| Ok(()));
+                while let Some((index, reply)) = pipe.poll_outcome() {
+                    report_one(ops, index, reply, &mut on_result);
+                }
             }
             outcome
         } else {
@@ -273,18 +293,26 @@ fn transmit(
 /// Hands each answer to `on_result` as its operation's result.
 fn report(ops: &[Op], answers: Outcomes, on_result: &mut impl FnMut(usize, Result<(), Error>)) {
     for (index, reply) in answers {
-        let Some(op) = ops.get(index) else {
-            continue;
-        };
-        let r = outcome(op.cmd(), &op.target(), reply).map(drop);
-        on_result(index, r);
+        report_one(ops, index, reply, on_result);
+    }
+}
+
+/// Hands one answer to `on_result` as the result of `ops[index]`.
+fn report_one(
+    ops: &[Op],
+    index: usize,
+    reply: Reply<()>,
+    on_result: &mut impl FnMut(usize, Result<(), Error>),
+) {
+    if let Some(op) = ops.get(index) {
+        on_result(index, outcome(op.cmd(), &op.target(), reply).map(drop));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::frame;
+    use crate::codec::frame::{self, NLM_F_ACK};
     use crate::model::{AddressFamily, ForwardMethod, RealServer, TunnelEncap};
     use crate::model::{Netmask, PersistenceEngine, Protocol, Scheduler, Tunnel, TunnelFlags};
     use crate::model::{ServiceKey, VirtualServer};
@@ -292,7 +320,7 @@ mod tests {
 
     fn check(op: Op) {
         let mut fast = Vec::new();
-        encode(&mut fast, &op, 0x24, 77, true);
+        encode(&mut fast, &op, 0x24, 77, NLM_F_ACK);
         let mut reference = Vec::new();
         frame::encode_request(&mut reference, &op.encode().unwrap(), 0x24, 77, NLM_F_ACK).unwrap();
         assert_eq!(fast, reference, "{op:?}");
