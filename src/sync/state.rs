@@ -446,6 +446,11 @@ impl ObservedService {
         self.dests = v;
     }
 
+    /// Makes room for `additional` more real servers, and no more.
+    pub(crate) fn reserve_exact(&mut self, additional: usize) {
+        self.dests.reserve_exact(additional);
+    }
+
     /// Inserts or replaces one real server.
     pub fn upsert(&mut self, d: ObservedDest) {
         match self

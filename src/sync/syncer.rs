@@ -553,13 +553,20 @@ impl<H: Borrow<Handle>> Syncer<H> {
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
         // The claims are moved out of the plan's operations in place: a
-        // cold sync's plan holds every real server of the table.
+        // cold sync's plan holds every real server of the table (the room
+        // they leave is given back).
         let mut rest = std::mem::take(&mut plan.ops);
         let claims: Vec<Op> = rest.extract_if(.., |op| self.claims(op)).collect();
+        if !claims.is_empty() {
+            rest.shrink_to_fit();
+        }
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
         if !claims.is_empty() {
-            let first = self.apply(&claims, &mut report, true, &mut broken);
+            let first = self.apply(desired, &claims, &mut report, true, &mut broken);
+            // Not kept while the real servers go out: at 50,000 services
+            // the adds alone take megabytes.
+            drop(claims);
             if first.socket_failed {
                 // Whether the adds happened is unknown: their real servers
                 // could land on someone else's service. The next sync reads.
@@ -572,7 +579,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             }
             self.report_refused(first.refused, &mut report);
         }
-        let second = self.apply(&rest, &mut report, true, &mut broken);
+        let second = self.apply(desired, &rest, &mut report, true, &mut broken);
         retry.extend(second.retry);
         if !retry.is_empty() {
             retry.sort_unstable();
@@ -859,6 +866,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// good, across the rounds of one sync.
     fn apply(
         &mut self,
+        desired: &DesiredState,
         ops: &[Op],
         report: &mut SyncReport,
         may_retry: bool,
@@ -892,7 +900,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             |index, result| match (ops.get(index), result) {
                 (Some(op), Ok(())) => {
                     batch.sent += 1;
-                    remember(memory, owned, op);
+                    remember(memory, owned, op, desired);
                     match op {
                         Op::AddService(_) => services.added += 1,
                         Op::UpdateService(_) => services.updated += 1,
@@ -1018,7 +1026,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         // What the first pass counted as unchanged stays so; drains follow
         // the second plan.
         report.draining += plan.counts.draining;
-        self.apply(&plan.ops, report, false, &mut HashSet::new());
+        self.apply(desired, &plan.ops, report, false, &mut HashSet::new());
         Ok(())
     }
 }
@@ -1044,16 +1052,26 @@ fn healable(e: &Error) -> bool {
 }
 
 /// Records an acknowledged operation in memory and in the owned keys.
-fn remember(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, op: &Op) {
+fn remember(
+    memory: &mut Observed,
+    owned: &mut HashSet<ServiceKey>,
+    op: &Op,
+    desired: &DesiredState,
+) {
+    memory.apply(op);
     match op {
-        // Created by this syncer: its own.
+        // Created by this syncer: its own. Room for its desired real
+        // servers is made at once: grown one add at a time, a list of ten
+        // would take room for sixteen.
         Op::AddService(vs) => {
             owned.insert(vs.key);
+            if let (Some(m), Some(ds)) = (memory.get_mut(&vs.key), desired.get(&vs.key)) {
+                m.reserve_exact(ds.destinations().len());
+            }
         }
         Op::DeleteService(k) => {
             owned.remove(k);
         }
         _ => {}
     }
-    memory.apply(op);
 }
