@@ -52,7 +52,9 @@
 //!   `read/raw_get_services_quiet` — the floors of the two service checks:
 //!   the same requests pre-encoded, answers counted, nothing decoded; the
 //!   lookups with an ACK each, and with an ACK for the last of each
-//!   datagram only (as the library sends them).
+//!   datagram only (as the library sends them). Then `turns/*`: both forced
+//!   checks and their quiet floors again in turns (as many as the pairs),
+//!   for the median per-turn ratios.
 //! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
 //!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
 //!   per service through the handle's plain calls), `dumps_each` (the same
@@ -769,6 +771,47 @@ fn bench_size(c: &mut Criterion, n: usize) {
         g.bench_function("read/raw_get_services_quiet", |b| {
             b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), want)))
         });
+        // Both checks and their floors again in turns (a dying namespace of
+        // the cold part can still be slowing the kernel while the cases
+        // above run one after the other), for the median per-turn ratios.
+        let mut dump_raw = Vec::new();
+        let mut lookups_raw = Vec::new();
+        let timed_sync = |syncer: &mut Syncer<&Handle>, check| {
+            syncer.options_mut().service_check = check;
+            let t = Instant::now();
+            let r = syncer.sync(&base, Verify::Services).expect("resync");
+            let e = t.elapsed();
+            assert_eq!(r.writes_sent, 0);
+            e
+        };
+        for _ in 0..pairs {
+            let dump = timed_sync(&mut syncer, ServiceCheck::Dump);
+            let t = Instant::now();
+            assert_eq!(raw_dump(&mut raw.services, &raw.service_dump), n);
+            let dump_floor = t.elapsed();
+            let looked = timed_sync(&mut syncer, ServiceCheck::Lookups);
+            let t = Instant::now();
+            assert_eq!(raw_lookups.send(), want);
+            let lookups_floor = t.elapsed();
+            record(&tag("turns/verify_services_dump"), dump);
+            record(&tag("turns/raw_service_dump"), dump_floor);
+            record(&tag("turns/verify_services_lookups"), looked);
+            record(&tag("turns/raw_get_services_quiet"), lookups_floor);
+            dump_raw.push(dump.as_secs_f64() / dump_floor.as_secs_f64());
+            lookups_raw.push(looked.as_secs_f64() / lookups_floor.as_secs_f64());
+        }
+        syncer.options_mut().service_check = ServiceCheck::Auto;
+        for (what, mut v) in [
+            ("verify_services (dump) / raw service dump", dump_raw),
+            ("verify_services (lookups) / raw quiet GET_SERVICEs", lookups_raw),
+        ] {
+            v.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+                note(format!(
+                    "{n}x{DESTS}: {what}, in {pairs} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+                ));
+            }
+        }
     }
 
     if part("incr") {
