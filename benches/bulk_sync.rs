@@ -803,7 +803,10 @@ fn bench_size(c: &mut Criterion, n: usize) {
         syncer.options_mut().service_check = ServiceCheck::Auto;
         for (what, mut v) in [
             ("verify_services (dump) / raw service dump", dump_raw),
-            ("verify_services (lookups) / raw quiet GET_SERVICEs", lookups_raw),
+            (
+                "verify_services (lookups) / raw quiet GET_SERVICEs",
+                lookups_raw,
+            ),
         ] {
             v.sort_by(f64::total_cmp);
             if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
