@@ -869,15 +869,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
             tag("incr")
         ));
         // Back to the base state, then the raw replay of the request alone.
-        if desired_now.get(&key).map(|d| d.destinations()[0].weight) != Some(1) {
-            flip(&mut desired_now);
-            assert!(
-                syncer
-                    .sync_changes(&mut desired_now, Verify::None)
-                    .expect("back")
-                    .is_ok()
-            );
-        }
+        back_to_weight_1(&mut syncer, &mut desired_now, &key, &mut flip);
         let mut replays = [2u32, 1].map(|w| {
             RawPipeline::new(
                 &ns,
@@ -920,15 +912,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 incr.as_secs_f64() / raw.as_secs_f64()
             })
             .collect();
-        if incr_pairs % 2 == 1 {
-            flip(&mut desired_now);
-            assert!(
-                syncer
-                    .sync_changes(&mut desired_now, Verify::None)
-                    .expect("back")
-                    .is_ok()
-            );
-        }
+        back_to_weight_1(&mut syncer, &mut desired_now, &key, &mut flip);
         ratios.sort_by(f64::total_cmp);
         if let (Some(lo), Some(q1), Some(mid), Some(q3), Some(hi)) = (
             ratios.first(),
@@ -1057,6 +1041,21 @@ fn bench_size(c: &mut Criterion, n: usize) {
     drop(syncer);
     drop(h);
     drop(ns);
+}
+
+/// Makes the incremental cases' real server weight 1 again, in the desired
+/// state and the kernel, if `flip` left it at 2.
+fn back_to_weight_1(
+    syncer: &mut Syncer<&Handle>,
+    desired: &mut DesiredState,
+    key: &ServiceKey,
+    flip: &mut impl FnMut(&mut DesiredState),
+) {
+    if desired.get(key).map(|d| d.destinations()[0].weight) != Some(1) {
+        flip(desired);
+        let r = syncer.sync_changes(desired, Verify::None).expect("back");
+        assert!(r.is_ok());
+    }
 }
 
 /// Whether a part of the bench runs: `IPVSCTL_BENCH_PARTS`, a comma list
