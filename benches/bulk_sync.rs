@@ -9,7 +9,9 @@
 //! out):
 //!
 //! * `cold/*` — an empty, fresh network namespace to N × 10, each iteration
-//!   in a new namespace (created and flushed/deleted outside the timing):
+//!   in a new namespace (created and flushed/deleted outside the timing,
+//!   and timed once the machine is idle: the kernel frees the previous
+//!   iteration's table after the fact):
 //!   - `sync_pipelined`: a new `Syncer` (reads the empty namespace, plans,
 //!     applies pipelined);
 //!   - `sync_one_by_one`: the same, one request per round trip (how other
@@ -270,12 +272,48 @@ fn cold<F: FnMut(&Ns) -> Duration>(case: &str, iters: u64, mut f: F) -> Duration
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         let ns = Ns::new();
+        settle();
         let d = f(&ns);
         record(case, d);
         total += d;
         drop(ns);
     }
     total
+}
+
+/// Waits (at most 3 s) until the machine is idle: less than 3% of its CPU
+/// time busy over 50 ms, per `/proc/stat`. The kernel frees a flushed
+/// table's entries and a deleted namespace after the fact (RCU callbacks,
+/// the namespace cleanup work); a case timed while that runs pays for its
+/// predecessor.
+fn settle() {
+    fn busy_total() -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+        let v: Vec<u64> = cpu
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let total: u64 = v.iter().sum();
+        // idle and iowait are the fourth and fifth fields.
+        let idle = v.get(3)? + v.get(4)?;
+        Some((total - idle, total))
+    }
+    let start = Instant::now();
+    let Some(mut last) = busy_total() else {
+        return;
+    };
+    while start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+        let Some(now) = busy_total() else {
+            return;
+        };
+        let (busy, total) = (now.0 - last.0, now.1 - last.1);
+        last = now;
+        if total > 0 && busy * 100 < total * 3 {
+            return;
+        }
+    }
 }
 
 fn sync_cold(ns: &Ns, d: &DesiredState, mode: BatchMode) -> Duration {
