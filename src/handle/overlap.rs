@@ -28,6 +28,10 @@ const OVERLAP_FROM: usize = 64;
 const BATCH_SERVICES: usize = 16;
 /// ...or once its message bodies take this many bytes.
 const BATCH_BYTES: usize = 32 << 10;
+/// Batches read but not yet decoded, at most (half a megabyte): when the
+/// decoder and the caller's bookkeeping are slower than the kernel, the
+/// helper waits instead of queueing the replies of the whole table.
+const QUEUED_BATCHES: usize = 16;
 
 /// Replies to a few dumps, their data messages' bodies back to back.
 #[derive(Default)]
@@ -72,7 +76,7 @@ impl Handle {
             return Ok(());
         }
         std::thread::scope(|scope| {
-            let (tx, rx) = mpsc::channel::<Batch>();
+            let (tx, rx) = mpsc::sync_channel::<Batch>(QUEUED_BATCHES);
             let reader = scope.spawn(move || self.read_batches(keys, tx));
             let mut next = 0;
             for batch in rx {
@@ -122,7 +126,7 @@ impl Handle {
 
     /// The helper thread's side: runs the dumps, copying each message body
     /// into the current batch, and sends the batches.
-    fn read_batches(&self, keys: &[ServiceKey], tx: mpsc::Sender<Batch>) -> Result<()> {
+    fn read_batches(&self, keys: &[ServiceKey], tx: mpsc::SyncSender<Batch>) -> Result<()> {
         let batch = RefCell::new(Batch::default());
         let copy = |_: usize, body: &[u8]| {
             let mut b = batch.borrow_mut();

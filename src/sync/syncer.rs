@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
-use super::state::{DesiredState, Observed, ObservedService};
+use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
 use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
@@ -579,8 +579,15 @@ impl<H: Borrow<Handle>> Syncer<H> {
             }
             self.report_refused(first.refused, &mut report);
         }
-        let second = self.apply(desired, &rest, &mut report, true, &mut broken);
-        retry.extend(second.retry);
+        // Each part is dropped once sent, while memory grows by what it did.
+        for part in into_parts(rest) {
+            let applied = self.apply(desired, &part, &mut report, true, &mut broken);
+            drop(part);
+            retry.extend(applied.retry);
+            if applied.socket_failed {
+                break;
+            }
+        }
         if !retry.is_empty() {
             retry.sort_unstable();
             retry.dedup();
@@ -1045,6 +1052,28 @@ struct Applied {
     socket_failed: bool,
 }
 
+/// The most operations [`Syncer::execute`] sends in one part (about
+/// 14 MiB of them). A cold sync's plan holds every real server of the
+/// table; sent in parts, each given back once sent, it is not all held
+/// while memory fills with what it did (at 50,000 x 10 the plan alone is
+/// 550,000 operations, 60 MB).
+const PART_OPS: usize = 1 << 17;
+
+/// Splits `ops` into parts of at most [`PART_OPS`], in order. The last part
+/// is split off first, so that each operation is moved once and the room it
+/// leaves is given back at once.
+fn into_parts(mut ops: Vec<Op>) -> Vec<Vec<Op>> {
+    let mut parts = Vec::with_capacity(ops.len().div_ceil(PART_OPS).max(1));
+    while ops.len() > PART_OPS {
+        let last = (ops.len() - 1) / PART_OPS * PART_OPS;
+        parts.push(ops.split_off(last));
+        ops.shrink_to_fit();
+    }
+    parts.push(ops);
+    parts.reverse();
+    parts
+}
+
 /// Failures that mean "the kernel's state differs from what was planned":
 /// re-reading the service and planning again fixes them.
 fn healable(e: &Error) -> bool {
@@ -1058,20 +1087,60 @@ fn remember(
     op: &Op,
     desired: &DesiredState,
 ) {
-    memory.apply(op);
     match op {
-        // Created by this syncer: its own. Room for its desired real
-        // servers is made at once: grown one add at a time, a list of ten
-        // would take room for sixteen.
+        // Created by this syncer: its own.
         Op::AddService(vs) => {
+            memory.apply(op);
             owned.insert(vs.key);
-            if let (Some(m), Some(ds)) = (memory.get_mut(&vs.key), desired.get(&vs.key)) {
-                m.reserve_exact(ds.destinations().len());
-            }
         }
         Op::DeleteService(k) => {
+            memory.apply(op);
             owned.remove(k);
         }
-        _ => {}
+        // Room for a service's desired real servers is made with the first
+        // one: grown one add at a time, a list of ten would take room for
+        // sixteen. Made no sooner: a cold sync holds the real servers still
+        // to send meanwhile.
+        Op::AddDestination(key, rs) => {
+            if let Some(m) = memory.get_mut(key) {
+                if let Some(ds) = desired.get(key) {
+                    m.reserve_if_empty(ds.destinations().len());
+                }
+                m.upsert(ObservedDest {
+                    server: *rs,
+                    conns: None,
+                });
+            }
+        }
+        _ => memory.apply(op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(n: usize) -> Vec<Op> {
+        (0..n)
+            .map(|i| {
+                Op::DeleteService(ServiceKey::fwmark(
+                    i as u32 + 1,
+                    crate::model::AddressFamily::Inet,
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parts_keep_every_operation_once_in_order() {
+        for n in [0, 1, PART_OPS, PART_OPS + 1, 2 * PART_OPS + 5] {
+            let parts = into_parts(ops(n));
+            let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+            assert!(sizes.iter().all(|&s| s <= PART_OPS), "{n}: {sizes:?}");
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+            assert_eq!(parts.len(), n.div_ceil(PART_OPS).max(1), "{n}");
+            let joined: Vec<Op> = parts.into_iter().flatten().collect();
+            assert!(joined == ops(n), "{n}: reordered");
+        }
     }
 }
