@@ -454,6 +454,33 @@ fn pipelined_datagrams_account_for_every_operation() {
     assert_converged(&h, &Table::new(), &table_of(&good));
 }
 
+/// More real servers than the syncer sends in one part (131,072): the parts
+/// go out in order, every operation is accounted for across them, failures
+/// in either part included, and what the syncer remembers is the table.
+#[test]
+fn a_plan_larger_than_one_part_converges_and_is_remembered() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    // 132,006 real servers: the broken services' fall one in each part.
+    let good = cluster(13_200, 10, 1);
+    let desired = with_broken_services(&good, &[10, 13_150]);
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_eq!(r.writes_sent, 13_202 + 132_000 + 2 * 3);
+    assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
+    assert_eq!(r.failed.len(), 2 * 4);
+    assert_eq!(r.services.added, 13_200);
+    assert_eq!(r.destinations.added, 132_000);
+    assert_converged(&h, &foreign, &table_of(&good));
+    // Trusting memory: only the broken services are tried again.
+    let r = s.sync(&desired, Verify::None).unwrap();
+    assert_eq!(r.writes_sent, 2 * 4, "{:#?}", r.failed);
+    // Read back in full, the table is what memory said: nothing to do.
+    let r = s.sync(&good, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 0);
+}
+
 #[test]
 fn drift_is_repaired() {
     let (ns, h) = setup();
