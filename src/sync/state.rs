@@ -452,11 +452,11 @@ impl ObservedService {
         v.reverse();
     }
 
-    /// Makes room for `count` real servers, and no more, unless it has
-    /// room for some already.
-    pub(crate) fn reserve_if_empty(&mut self, count: usize) {
+    /// Makes room for `count()` real servers, and no more, unless it has
+    /// room for some already (then `count` is not called).
+    pub(crate) fn reserve_if_empty(&mut self, count: impl FnOnce() -> usize) {
         if self.dests.capacity() == 0 {
-            self.dests.reserve_exact(count);
+            self.dests.reserve_exact(count());
         }
     }
 
@@ -625,7 +625,7 @@ mod tests {
     fn set_destinations_sorts_keeps_the_last_repeat_and_reuses_the_room() {
         let key = ServiceKey::tcp("10.96.0.1:80".parse().unwrap());
         let mut s = ObservedService::new(VirtualServer::new(key), []);
-        s.reserve_if_empty(3);
+        s.reserve_if_empty(|| 3);
         let room = s.dests.capacity();
         s.set_destinations([
             dest("10.0.0.3:80", 1),
@@ -655,7 +655,7 @@ mod tests {
             ]
         );
         // Room is made only for a list that has none.
-        s.reserve_if_empty(100);
+        s.reserve_if_empty(|| unreachable!("the list has room"));
         assert_eq!(s.dests.capacity(), room);
     }
 }

@@ -1061,17 +1061,16 @@ const PART_OPS: usize = 1 << 17;
 
 /// Splits `ops` into parts of at most [`PART_OPS`], in order. The last part
 /// is split off first, so that each operation is moved once and the room it
-/// leaves is given back at once.
-fn into_parts(mut ops: Vec<Op>) -> Vec<Vec<Op>> {
-    let mut parts = Vec::with_capacity(ops.len().div_ceil(PART_OPS).max(1));
+/// leaves is given back at once. A plan of one part (every sync of a few
+/// changes) is handed back as it is, without allocating.
+fn into_parts(mut ops: Vec<Op>) -> impl Iterator<Item = Vec<Op>> {
+    let mut later = Vec::new();
     while ops.len() > PART_OPS {
         let last = (ops.len() - 1) / PART_OPS * PART_OPS;
-        parts.push(ops.split_off(last));
+        later.push(ops.split_off(last));
         ops.shrink_to_fit();
     }
-    parts.push(ops);
-    parts.reverse();
-    parts
+    std::iter::once(ops).chain(later.into_iter().rev())
 }
 
 /// Failures that mean "the kernel's state differs from what was planned":
@@ -1103,9 +1102,7 @@ fn remember(
         // to send meanwhile.
         Op::AddDestination(key, rs) => {
             if let Some(m) = memory.get_mut(key) {
-                if let Some(ds) = desired.get(key) {
-                    m.reserve_if_empty(ds.destinations().len());
-                }
+                m.reserve_if_empty(|| desired.get(key).map_or(0, |ds| ds.destinations().len()));
                 m.upsert(ObservedDest {
                     server: *rs,
                     conns: None,
@@ -1134,7 +1131,7 @@ mod tests {
     #[test]
     fn parts_keep_every_operation_once_in_order() {
         for n in [0, 1, PART_OPS, PART_OPS + 1, 2 * PART_OPS + 5] {
-            let parts = into_parts(ops(n));
+            let parts: Vec<Vec<Op>> = into_parts(ops(n)).collect();
             let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
             assert!(sizes.iter().all(|&s| s <= PART_OPS), "{n}: {sizes:?}");
             assert_eq!(sizes.iter().sum::<usize>(), n);
