@@ -435,9 +435,10 @@ fn pipelined_datagrams_account_for_every_operation() {
     let desired = with_broken_services(&good, &[10, 790]);
     let mut s = Syncer::new(&h);
     let r = s.sync(&desired, Verify::Services).unwrap();
-    // 4,008 requests in a dozen datagrams: 64, doubling up to 1,024, then
-    // half of what is left each time (the pipeline's ramp); the broken
-    // services' failures fall into different datagrams.
+    // 4,008 requests in ten datagrams: the service adds, then the real
+    // servers, each in datagrams of 64 requests doubling (the pipeline's
+    // ramp) until the last takes what is left; the broken services'
+    // failures fall into different datagrams.
     assert_eq!(r.writes_sent, 802 + 800 * 4 + 2 * 3);
     assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
     assert_eq!(r.failed.len(), 2 * 4);
