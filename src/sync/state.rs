@@ -582,6 +582,13 @@ impl Observed {
     /// assert_eq!(observed.get(&key).unwrap().destinations()[0].server, rs);
     /// ```
     pub fn apply(&mut self, op: &Op) {
+        self.apply_with_room(op, || 0);
+    }
+
+    /// [`Observed::apply`], making room for `room()` real servers in a
+    /// service's list when a real server is added to a list with no room
+    /// yet (`room` is called then only).
+    pub(crate) fn apply_with_room(&mut self, op: &Op, room: impl FnOnce() -> usize) {
         match op {
             Op::AddService(vs) => self.insert(ObservedService::new(vs.clone(), [])),
             Op::UpdateService(vs) => {
@@ -594,6 +601,7 @@ impl Observed {
             }
             Op::AddDestination(k, rs) | Op::UpdateDestination(k, rs) => {
                 if let Some(m) = self.get_mut(k) {
+                    m.reserve_if_empty(room);
                     m.upsert(ObservedDest {
                         server: *rs,
                         conns: None,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
-use super::state::{DesiredState, Observed, ObservedDest, ObservedService};
+use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
 use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
@@ -1086,30 +1086,24 @@ fn remember(
     op: &Op,
     desired: &DesiredState,
 ) {
+    // Room for a service's desired real servers is made with the first one:
+    // grown one add at a time, a list of ten would take room for sixteen.
+    // Made no sooner: a cold sync holds the real servers still to send
+    // meanwhile.
+    memory.apply_with_room(op, || {
+        desired
+            .get(&op.key())
+            .map_or(0, |ds| ds.destinations().len())
+    });
     match op {
         // Created by this syncer: its own.
         Op::AddService(vs) => {
-            memory.apply(op);
             owned.insert(vs.key);
         }
         Op::DeleteService(k) => {
-            memory.apply(op);
             owned.remove(k);
         }
-        // Room for a service's desired real servers is made with the first
-        // one: grown one add at a time, a list of ten would take room for
-        // sixteen. Made no sooner: a cold sync holds the real servers still
-        // to send meanwhile.
-        Op::AddDestination(key, rs) => {
-            if let Some(m) = memory.get_mut(key) {
-                m.reserve_if_empty(|| desired.get(key).map_or(0, |ds| ds.destinations().len()));
-                m.upsert(ObservedDest {
-                    server: *rs,
-                    conns: None,
-                });
-            }
-        }
-        _ => memory.apply(op),
+        _ => {}
     }
 }
 
