@@ -99,6 +99,14 @@ impl super::PushValue for IpvsAttr {
             _ => push_whole_value(self, out),
         }
     }
+
+    #[inline]
+    fn whole_len(&self) -> Option<usize> {
+        match self {
+            Self::Service(_) | Self::Dest(_) | Self::Daemon(_) => None,
+            _ => Some(self.value_len()),
+        }
+    }
 }
 
 impl IpvsAttr {

@@ -120,6 +120,14 @@ pub(crate) trait PushValue: Nla {
     fn push_value(&self, out: &mut Vec<u8>) {
         push_whole_value(self, out);
     }
+
+    /// The value's length when it is written whole (the default), so that
+    /// [`push_attr`] makes room for header, value and padding at once;
+    /// `None` for a nest that appends its members instead.
+    #[inline]
+    fn whole_len(&self) -> Option<usize> {
+        Some(self.value_len())
+    }
 }
 
 /// [`PushValue`]'s default: the value written whole by `emit_value`.
@@ -136,6 +144,13 @@ pub(crate) fn push_whole_value<T: Nla + ?Sized>(attr: &T, out: &mut Vec<u8>) {
 #[inline]
 pub(crate) fn push_attr<T: PushValue>(out: &mut Vec<u8>, attr: &T) -> usize {
     let at = out.len();
+    if let Some(value_len) = attr.whole_len() {
+        let len = NLA_HEADER + value_len;
+        out.resize(at + padded(len), 0);
+        write_header(&mut out[at..], len, attr.kind());
+        attr.emit_value(&mut out[at + NLA_HEADER..at + len]);
+        return len;
+    }
     out.extend_from_slice(&[0; NLA_HEADER]);
     attr.push_value(out);
     let len = out.len() - at;
