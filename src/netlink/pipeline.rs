@@ -149,6 +149,7 @@ pub enum Io<'a> {
     Idle,
 }
 
+#[derive(Debug)]
 struct Pending<T, D> {
     tag: T,
     kind: Kind,
@@ -209,6 +210,7 @@ enum State {
 /// answers, and the outcomes ready to be taken. `T` is the caller's tag for
 /// each request, handed back with its outcome; `D` what data messages are
 /// decoded into.
+#[derive(Debug)]
 pub struct Pipeline<T, D = IpvsMessage> {
     limits: Limits,
     timeout: Duration,
@@ -263,6 +265,22 @@ impl<T, D> Pipeline<T, D> {
             dropped_foreign: 0,
             ready: VecDeque::new(),
         }
+    }
+
+    /// Starts over as [`Pipeline::new`] would, keeping the room its queues
+    /// have grown: a caller that exchanges a few requests at a time (one
+    /// change synced after another) allocates them once. Whatever was still
+    /// pending or ready is dropped.
+    pub fn restart(&mut self, first_seq: u32, limits: Limits, timeout: Duration) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut ready = std::mem::take(&mut self.ready);
+        pending.clear();
+        ready.clear();
+        *self = Pipeline {
+            pending,
+            ready,
+            ..Pipeline::new(first_seq, limits, timeout)
+        };
     }
 
     /// The sequence number the next request will get (every number below it

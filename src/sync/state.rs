@@ -514,6 +514,13 @@ impl Observed {
         self.services.insert(s.service.key, s);
     }
 
+    /// Makes room for `additional` more services at once: a cold sync's
+    /// memory would otherwise be rehashed every time it doubles while the
+    /// kernel's answers are booked.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.services.reserve(additional);
+    }
+
     /// Removes a service.
     pub fn remove(&mut self, key: &ServiceKey) -> Option<ObservedService> {
         self.services.remove(key)

@@ -563,6 +563,10 @@ impl<H: Borrow<Handle>> Syncer<H> {
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
         if !claims.is_empty() {
+            // Every add that succeeds is remembered and owned: room for them
+            // all at once, before the answers come in.
+            self.memory.reserve(claims.len());
+            self.owned.reserve(claims.len());
             let first = self.apply(desired, &claims, &mut report, true, &mut broken);
             // Not kept while the real servers go out: at 50,000 services
             // the adds alone take megabytes.

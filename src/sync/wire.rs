@@ -76,6 +76,9 @@ pub(crate) struct Writer {
     /// The datagram buffer of small sends, kept across them (a sync of one
     /// change would otherwise allocate it every time).
     buf: Vec<u8>,
+    /// The pipeline of small sends, restarted for each with its queues' room
+    /// kept, for the same reason.
+    small: Pipeline<usize, ()>,
 }
 
 /// Requests encoded back to back for `ops[first..]`: each ends at its entry
@@ -127,11 +130,13 @@ impl Writer {
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
         let mut sock = GenlSocket::open(handle.netns())?;
         sock.set_timeout(handle.timeout())?;
+        let small = Pipeline::new(1, limits(&sock, false), sock.timeout());
         Ok(Writer {
             sock,
             family: handle.family_id(),
             seq: 0,
             buf: Vec::new(),
+            small,
         })
     }
 
@@ -152,21 +157,16 @@ impl Writer {
         one_by_one: bool,
         mut on_result: impl FnMut(usize, Result<(), Error>),
     ) -> io::Result<usize> {
-        let max_batch = if one_by_one { 1 } else { self.sock.max_batch() };
-        let max_send = self.sock.max_send();
+        let limits = limits(&self.sock, one_by_one);
+        let (max_batch, max_send) = (limits.max_batch, limits.max_send);
         let family = self.family;
-        let mut pipe: Pipeline<usize, ()> = Pipeline::new(
-            self.seq.wrapping_add(1),
-            Limits {
-                port: self.sock.port(),
-                max_send,
-                max_batch,
-            },
-            self.sock.timeout(),
-        );
+        let first_seq = self.seq.wrapping_add(1);
+        let timeout = self.sock.timeout();
         let sock = &mut self.sock;
-        let result = if one_by_one || ops.len() <= PIPELINE_FROM {
+        let (result, next_seq, foreign) = if one_by_one || ops.len() <= PIPELINE_FROM {
             // Written straight into the datagram, on this thread.
+            let pipe = &mut self.small;
+            pipe.restart(first_seq, limits, timeout);
             let buf = &mut self.buf;
             let mut next = 0;
             let mut outcome = Ok(());
@@ -186,14 +186,15 @@ impl Writer {
                 if !pipe.seal(buf) {
                     break;
                 }
-                outcome = drive(sock, &mut pipe, buf, &mut |_, _| Ok(()));
+                outcome = drive(sock, pipe, buf, &mut |_, _| Ok(()));
                 while let Some((index, reply)) = pipe.poll_outcome() {
                     report_one(ops, index, reply, &mut on_result);
                 }
             }
-            outcome
+            (outcome, pipe.next_seq(), pipe.dropped_foreign())
         } else {
-            std::thread::scope(|scope| {
+            let mut pipe = Pipeline::new(first_seq, limits, timeout);
+            let outcome = std::thread::scope(|scope| {
                 let (encoded_tx, encoded_rx) = mpsc::sync_channel::<Encoded>(1);
                 let (answers_tx, answers_rx) = mpsc::sync_channel::<Outcomes>(1);
                 scope.spawn(move || {
@@ -210,9 +211,10 @@ impl Writer {
                 });
                 let pipe = &mut pipe;
                 let sender = scope.spawn(move || -> io::Result<()> {
+                    let mut datagram = Vec::new();
                     for encoded in encoded_rx {
                         let mut gone = false;
-                        transmit(sock, pipe, &encoded, |answers| {
+                        transmit(sock, pipe, &encoded, &mut datagram, |answers| {
                             gone |= answers_tx.send(answers).is_err();
                         })?;
                         if gone {
@@ -228,11 +230,22 @@ impl Writer {
                     Ok(r) => r,
                     Err(panic) => std::panic::resume_unwind(panic),
                 }
-            })
+            });
+            (outcome, pipe.next_seq(), pipe.dropped_foreign())
         };
-        self.seq = pipe.next_seq().wrapping_sub(1);
-        self.sock.count_foreign(pipe.dropped_foreign());
+        self.seq = next_seq.wrapping_sub(1);
+        self.sock.count_foreign(foreign);
         result.map(|()| ops.len())
+    }
+}
+
+/// How `sock` packs a datagram: one request per datagram `one_by_one`,
+/// otherwise as many as its buffers allow.
+fn limits(sock: &GenlSocket, one_by_one: bool) -> Limits {
+    Limits {
+        port: sock.port(),
+        max_send: sock.max_send(),
+        max_batch: if one_by_one { 1 } else { sock.max_batch() },
     }
 }
 
@@ -262,28 +275,33 @@ fn ramped(ramp: usize, left: usize, max_batch: usize) -> usize {
 
 /// Sends encoded requests through the pipeline, as many datagrams as its
 /// limits make of them, and hands each datagram's outcomes to `answered`.
+/// `buf` is the datagram's buffer, kept by the caller from one call to the
+/// next: a new one each time costs the page faults of its first writes on
+/// the thread the kernel's work waits for.
 fn transmit(
     sock: &mut GenlSocket,
     pipe: &mut Pipeline<usize, ()>,
     encoded: &Encoded,
+    buf: &mut Vec<u8>,
     mut answered: impl FnMut(Outcomes),
 ) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(encoded.bytes.len());
+    buf.clear();
+    buf.reserve(encoded.bytes.len());
     let mut requests = encoded.requests().peekable();
     while requests.peek().is_some() {
         buf.clear();
         while let Some(&(index, bytes)) = requests.peek() {
-            match pipe.push_encoded(&mut buf, Kind::Quiet, index, bytes) {
+            match pipe.push_encoded(buf, Kind::Quiet, index, bytes) {
                 Push::Added => {
                     requests.next();
                 }
                 Push::Full(_) => break,
             }
         }
-        if !pipe.seal(&mut buf) {
+        if !pipe.seal(buf) {
             break;
         }
-        drive(sock, pipe, &buf, &mut |_, _| Ok(()))?;
+        drive(sock, pipe, buf, &mut |_, _| Ok(()))?;
         let mut answers = Vec::with_capacity(encoded.ends.len());
         while let Some(outcome) = pipe.poll_outcome() {
             answers.push(outcome);
