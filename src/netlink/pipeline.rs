@@ -272,15 +272,45 @@ impl<T, D> Pipeline<T, D> {
     /// change synced after another) allocates them once. Whatever was still
     /// pending or ready is dropped.
     pub fn restart(&mut self, first_seq: u32, limits: Limits, timeout: Duration) {
-        let mut pending = std::mem::take(&mut self.pending);
-        let mut ready = std::mem::take(&mut self.ready);
-        pending.clear();
-        ready.clear();
-        *self = Pipeline {
+        // Field by field, in place: every field is named, so a new one
+        // cannot be forgotten here.
+        let Pipeline {
+            limits: self_limits,
+            timeout: self_timeout,
+            next_seq,
+            first_seq: self_first_seq,
             pending,
+            open,
+            state,
+            last_at,
+            dump_request,
+            reasked,
+            draining,
+            settled_below,
+            received,
+            heard_at,
+            dropped_foreign,
             ready,
-            ..Pipeline::new(first_seq, limits, timeout)
+        } = self;
+        *self_limits = Limits {
+            max_batch: limits.max_batch.max(1),
+            ..limits
         };
+        *self_timeout = timeout;
+        *next_seq = first_seq;
+        *self_first_seq = first_seq;
+        pending.clear();
+        *open = 0;
+        *state = State::Filling;
+        *last_at = 0;
+        *dump_request = None;
+        *reasked = false;
+        *draining = false;
+        *settled_below = 0;
+        *received = 0;
+        *heard_at = None;
+        *dropped_foreign = 0;
+        ready.clear();
     }
 
     /// The sequence number the next request will get (every number below it
