@@ -427,24 +427,40 @@ fn partial_failure_applies_the_rest_and_converges() {
 /// sending and reporting in threads, and ACKs only each datagram's last
 /// request. Every operation is still accounted for, failures included, in
 /// every datagram.
+/// Syncs `good` with two services broken (`with_broken_services` at
+/// `broken`) into a table holding `foreign`: exactly the broken services and
+/// their real servers fail, every other operation is sent and succeeds, and
+/// the managed table is `good`. Returns the syncer and the state it synced.
+fn sync_with_two_broken<'h>(
+    h: &'h Handle,
+    foreign: &Table,
+    good: &DesiredState,
+    broken: [usize; 2],
+) -> (Syncer<&'h Handle>, DesiredState) {
+    let desired = with_broken_services(good, &broken);
+    let mut s = Syncer::new(h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    let (services, dests) = (good.len(), good.destination_count());
+    // Each broken service has three real servers.
+    assert_eq!(r.writes_sent, services + 2 + dests + 2 * 3);
+    assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
+    assert_eq!(r.failed.len(), 2 * 4);
+    assert_eq!(r.services.added, services);
+    assert_eq!(r.destinations.added, dests);
+    assert_converged(h, foreign, &table_of(good));
+    (s, desired)
+}
+
 #[test]
 fn pipelined_datagrams_account_for_every_operation() {
     let (ns, h) = setup();
     let foreign = add_foreign(&ns, &h);
     let good = cluster(800, 4, 1);
-    let desired = with_broken_services(&good, &[10, 790]);
-    let mut s = Syncer::new(&h);
-    let r = s.sync(&desired, Verify::Services).unwrap();
     // 4,008 requests in ten datagrams: the service adds, then the real
     // servers, each in datagrams of 64 requests doubling (the pipeline's
     // ramp) until the last takes what is left; the broken services'
     // failures fall into different datagrams.
-    assert_eq!(r.writes_sent, 802 + 800 * 4 + 2 * 3);
-    assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
-    assert_eq!(r.failed.len(), 2 * 4);
-    assert_eq!(r.services.added, 800);
-    assert_eq!(r.destinations.added, 3200);
-    assert_converged(&h, &foreign, &table_of(&good));
+    sync_with_two_broken(&h, &foreign, &good, [10, 790]);
     // Everything again from scratch in one pass: the same, exactly.
     h.flush().unwrap();
     let mut fresh = Syncer::new(&h);
@@ -464,15 +480,7 @@ fn a_plan_larger_than_one_part_converges_and_is_remembered() {
     let foreign = add_foreign(&ns, &h);
     // 132,006 real servers: the broken services' fall one in each part.
     let good = cluster(13_200, 10, 1);
-    let desired = with_broken_services(&good, &[10, 13_150]);
-    let mut s = Syncer::new(&h);
-    let r = s.sync(&desired, Verify::Services).unwrap();
-    assert_eq!(r.writes_sent, 13_202 + 132_000 + 2 * 3);
-    assert_eq!(r.root_failures().count(), 2, "{:#?}", r.failed);
-    assert_eq!(r.failed.len(), 2 * 4);
-    assert_eq!(r.services.added, 13_200);
-    assert_eq!(r.destinations.added, 132_000);
-    assert_converged(&h, &foreign, &table_of(&good));
+    let (mut s, desired) = sync_with_two_broken(&h, &foreign, &good, [10, 13_150]);
     // Trusting memory: only the broken services are tried again.
     let r = s.sync(&desired, Verify::None).unwrap();
     assert_eq!(r.writes_sent, 2 * 4, "{:#?}", r.failed);
