@@ -1043,8 +1043,8 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
 /// and limits drawn from `data`, then with arbitrary events: datagrams of
 /// ACKs, errors, data and done messages for nearby sequence numbers (stale,
 /// duplicate, out of order, other ports, other senders), raw bytes, cut
-/// datagrams, overruns, empty queues and silences. Once the input runs out,
-/// the kernel falls silent for good. Nothing may panic, the pipeline must
+/// datagrams, overruns, empty queues and silences, and restarts between
+/// datagrams. Once the input runs out, the kernel falls silent for good. Nothing may panic, the pipeline must
 /// come to rest, and every request must get exactly one outcome, in order.
 pub fn pipeline(data: &[u8]) {
     use ipvsctl::netlink::pipeline::{Io, Kind, Limits, Pipeline, Push};
@@ -1162,6 +1162,11 @@ pub fn pipeline(data: &[u8]) {
         }
         while let Some((tag, _)) = pipe.poll_outcome() {
             outcomes.push(tag);
+        }
+        if u.ratio(1, 4).unwrap_or(false) {
+            // Started over between datagrams, numbering on, as the syncer's
+            // writer does before each of its small sends.
+            pipe.restart(pipe.next_seq(), limits, TIMEOUT);
         }
     }
     assert_eq!(
