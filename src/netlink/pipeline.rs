@@ -313,6 +313,15 @@ impl<T, D> Pipeline<T, D> {
         ready.clear();
     }
 
+    /// Makes room for `requests` requests in one datagram and their
+    /// outcomes, at once: a bulk writer's queues would otherwise grow by
+    /// doubling, each step copying them, on the thread that waits for the
+    /// kernel.
+    pub fn reserve(&mut self, requests: usize) {
+        self.pending.reserve(requests);
+        self.ready.reserve(requests);
+    }
+
     /// The sequence number the next request will get (every number below it
     /// is spent, answered or not).
     pub fn next_seq(&self) -> u32 {

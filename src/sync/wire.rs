@@ -194,6 +194,7 @@ impl Writer {
             (outcome, pipe.next_seq(), pipe.dropped_foreign())
         } else {
             let mut pipe = Pipeline::new(first_seq, limits, timeout);
+            pipe.reserve(max_batch.min(ops.len()));
             let outcome = std::thread::scope(|scope| {
                 let (encoded_tx, encoded_rx) = mpsc::sync_channel::<Encoded>(1);
                 let (answers_tx, answers_rx) = mpsc::sync_channel::<Outcomes>(1);
@@ -211,7 +212,10 @@ impl Writer {
                 });
                 let pipe = &mut pipe;
                 let sender = scope.spawn(move || -> io::Result<()> {
-                    let mut datagram = Vec::new();
+                    // Room for a full datagram of typical requests, made
+                    // once: only the pages a datagram touches are mapped.
+                    let full = max_batch.min(ops.len()).saturating_mul(ESTIMATED_OP_LEN);
+                    let mut datagram = Vec::with_capacity(full.min(max_send));
                     for encoded in encoded_rx {
                         let mut gone = false;
                         transmit(sock, pipe, &encoded, &mut datagram, |answers| {
@@ -285,8 +289,10 @@ fn transmit(
     buf: &mut Vec<u8>,
     mut answered: impl FnMut(Outcomes),
 ) -> io::Result<()> {
-    buf.clear();
-    buf.reserve(encoded.bytes.len());
+    if buf.capacity() < encoded.bytes.len() {
+        // Replaced, not grown: growing would copy bytes already sent.
+        *buf = Vec::with_capacity(encoded.bytes.len());
+    }
     let mut requests = encoded.requests().peekable();
     while requests.peek().is_some() {
         buf.clear();
