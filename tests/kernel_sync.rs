@@ -423,10 +423,6 @@ fn partial_failure_applies_the_rest_and_converges() {
     assert_converged(&h, &foreign, &table_of(&fixed));
 }
 
-/// More requests than one datagram carries: the syncer pipelines encoding,
-/// sending and reporting in threads, and ACKs only each datagram's last
-/// request. Every operation is still accounted for, failures included, in
-/// every datagram.
 /// Syncs `good` with two services broken (`with_broken_services` at
 /// `broken`) into a table holding `foreign`: exactly the broken services and
 /// their real servers fail, every other operation is sent and succeeds, and
@@ -451,6 +447,10 @@ fn sync_with_two_broken<'h>(
     (s, desired)
 }
 
+/// More requests than one datagram carries: the syncer pipelines encoding,
+/// sending and reporting in threads, and ACKs only each datagram's last
+/// request. Every operation is still accounted for, failures included, in
+/// every datagram.
 #[test]
 fn pipelined_datagrams_account_for_every_operation() {
     let (ns, h) = setup();

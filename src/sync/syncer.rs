@@ -586,7 +586,6 @@ impl<H: Borrow<Handle>> Syncer<H> {
         // Each part is dropped once sent, while memory grows by what it did.
         for part in into_parts(rest) {
             let applied = self.apply(desired, &part, &mut report, true, &mut broken);
-            drop(part);
             retry.extend(applied.retry);
             if applied.socket_failed {
                 break;

@@ -193,8 +193,10 @@ impl Writer {
             }
             (outcome, pipe.next_seq(), pipe.dropped_foreign())
         } else {
+            // The most requests one datagram of this send carries.
+            let per_datagram = max_batch.min(ops.len());
             let mut pipe = Pipeline::new(first_seq, limits, timeout);
-            pipe.reserve(max_batch.min(ops.len()));
+            pipe.reserve(per_datagram);
             let outcome = std::thread::scope(|scope| {
                 let (encoded_tx, encoded_rx) = mpsc::sync_channel::<Encoded>(1);
                 let (answers_tx, answers_rx) = mpsc::sync_channel::<Outcomes>(1);
@@ -214,7 +216,7 @@ impl Writer {
                 let sender = scope.spawn(move || -> io::Result<()> {
                     // Room for a full datagram of typical requests, made
                     // once: only the pages a datagram touches are mapped.
-                    let full = max_batch.min(ops.len()).saturating_mul(ESTIMATED_OP_LEN);
+                    let full = per_datagram.saturating_mul(ESTIMATED_OP_LEN);
                     let mut datagram = Vec::with_capacity(full.min(max_send));
                     for encoded in encoded_rx {
                         let mut gone = false;
