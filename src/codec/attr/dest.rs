@@ -47,6 +47,7 @@ pub enum DestAttr {
 }
 
 impl Nla for DestAttr {
+    #[inline(always)]
     fn value_len(&self) -> usize {
         match self {
             Self::Addr(addr) => addr.as_bytes().len(),
@@ -64,6 +65,7 @@ impl Nla for DestAttr {
         }
     }
 
+    #[inline(always)]
     fn kind(&self) -> u16 {
         match self {
             Self::Addr(_) => a::ADDR,
@@ -85,6 +87,7 @@ impl Nla for DestAttr {
         }
     }
 
+    #[inline(always)]
     fn emit_value(&self, buf: &mut [u8]) {
         match self {
             Self::Addr(addr) => buf.copy_from_slice(addr.as_bytes()),
@@ -104,7 +107,27 @@ impl Nla for DestAttr {
     }
 }
 
-impl super::PushValue for DestAttr {}
+impl super::PushValue for DestAttr {
+    #[inline(always)]
+    fn owns_heap(&self) -> bool {
+        match self {
+            Self::Stats(_) | Self::Stats64(_) | Self::Other(_) => true,
+            Self::Addr(_)
+            | Self::Port(_)
+            | Self::FwdMethod(_)
+            | Self::Weight(_)
+            | Self::UThresh(_)
+            | Self::LThresh(_)
+            | Self::ActiveConns(_)
+            | Self::InactConns(_)
+            | Self::PersistConns(_)
+            | Self::AddrFamily(_)
+            | Self::TunType(_)
+            | Self::TunPort(_)
+            | Self::TunFlags(_) => false,
+        }
+    }
+}
 
 impl ParseAttr for DestAttr {
     #[inline]

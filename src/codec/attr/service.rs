@@ -51,6 +51,7 @@ pub enum ServiceAttr {
 }
 
 impl Nla for ServiceAttr {
+    #[inline(always)]
     fn value_len(&self) -> usize {
         match self {
             Self::Af(_) | Self::Protocol(_) | Self::Port(_) => 2,
@@ -63,6 +64,7 @@ impl Nla for ServiceAttr {
         }
     }
 
+    #[inline(always)]
     fn kind(&self) -> u16 {
         match self {
             Self::Af(_) => a::AF,
@@ -81,6 +83,7 @@ impl Nla for ServiceAttr {
         }
     }
 
+    #[inline(always)]
     fn emit_value(&self, buf: &mut [u8]) {
         match self {
             Self::Af(v) | Self::Protocol(v) => buf.copy_from_slice(&v.to_ne_bytes()),
@@ -99,7 +102,26 @@ impl Nla for ServiceAttr {
     }
 }
 
-impl super::PushValue for ServiceAttr {}
+impl super::PushValue for ServiceAttr {
+    #[inline(always)]
+    fn owns_heap(&self) -> bool {
+        match self {
+            Self::SchedName(_)
+            | Self::PeName(_)
+            | Self::Stats(_)
+            | Self::Stats64(_)
+            | Self::Other(_) => true,
+            Self::Af(_)
+            | Self::Protocol(_)
+            | Self::Addr(_)
+            | Self::Port(_)
+            | Self::Fwmark(_)
+            | Self::Flags { .. }
+            | Self::Timeout(_)
+            | Self::Netmask(_) => false,
+        }
+    }
+}
 
 impl ParseAttr for ServiceAttr {
     #[inline]

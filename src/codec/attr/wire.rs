@@ -128,6 +128,17 @@ pub(crate) trait PushValue: Nla {
     fn whole_len(&self) -> Option<usize> {
         Some(self.value_len())
     }
+
+    /// Whether dropping the value frees memory. A writer that is done with
+    /// a value it owns drops it only then: where the variant is known (the
+    /// request writers, inlined), the answer is a constant and the drop of
+    /// a plain number is gone; otherwise the enum's whole drop is a call
+    /// per attribute. An enum's answer is an exhaustive match, so that a
+    /// new variant has to say.
+    #[inline]
+    fn owns_heap(&self) -> bool {
+        true
+    }
 }
 
 /// [`PushValue`]'s default: the value written whole by `emit_value`.
@@ -141,7 +152,7 @@ pub(crate) fn push_whole_value<T: Nla + ?Sized>(attr: &T, out: &mut Vec<u8>) {
 /// Appends one attribute, header and padding included; returns its length
 /// without the padding (what its length field says, before the cut to 16
 /// bits). The same bytes as [`emit_all`] writes for it.
-#[inline]
+#[inline(always)]
 pub(crate) fn push_attr<T: PushValue>(out: &mut Vec<u8>, attr: &T) -> usize {
     let at = out.len();
     if let Some(value_len) = attr.whole_len() {
