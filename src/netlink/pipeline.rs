@@ -236,7 +236,10 @@ pub struct Pipeline<T, D = IpvsMessage> {
     /// When the datagram in flight last heard from the kernel (or was sent).
     heard_at: Option<Instant>,
     dropped_foreign: u64,
-    ready: VecDeque<(T, Reply<D>)>,
+    /// Requests of finished datagrams, in order, each made an outcome when
+    /// it is taken: a finished datagram's queue is swapped in whole when
+    /// nothing was left here, instead of each request moved on its own.
+    ready: VecDeque<Pending<T, D>>,
 }
 
 impl<T, D> Pipeline<T, D> {
@@ -609,7 +612,7 @@ impl<T, D> Pipeline<T, D> {
 
     /// The next outcome, in the order the requests were pushed.
     pub fn poll_outcome(&mut self) -> Option<(T, Reply<D>)> {
-        self.ready.pop_front()
+        self.ready.pop_front().map(Pending::into_outcome)
     }
 
     fn check_done(&mut self) {
@@ -629,8 +632,10 @@ impl<T, D> Pipeline<T, D> {
         if last_cut && !self.reasked && self.dump_request.as_ref().is_some_and(|r| r.len() >= 12) {
             keep = self.pending.pop_back();
         }
-        while let Some(p) = self.pending.pop_front() {
-            self.ready.push_back(p.into_outcome());
+        if self.ready.is_empty() {
+            std::mem::swap(&mut self.pending, &mut self.ready);
+        } else {
+            self.ready.append(&mut self.pending);
         }
         self.draining = false;
         self.settled_below = 0;
