@@ -19,6 +19,7 @@
 //! from `codec::request::write_*`, the same code the request builders use.
 
 use std::io;
+use std::ops::Range;
 use std::sync::mpsc;
 
 use crate::codec::attr::{begin_nest, end_nest};
@@ -26,6 +27,7 @@ use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame;
 use crate::codec::request;
 use crate::handle::outcome;
+use crate::netlink::netns::NetNs;
 use crate::netlink::pipeline::{Kind, Limits, Pipeline, Push, Reply};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
@@ -122,18 +124,84 @@ impl Encoded {
     }
 }
 
-/// Each request's outcome: its operation's index and reply.
-type Outcomes = Vec<(usize, Reply<()>)>;
+/// The outcomes of one datagram: its requests were `ops[sent]`; those in
+/// `failed` (in order, with their operation's index) failed, every other one
+/// succeeded. Most datagrams fail nothing, so the thread that waits for the
+/// kernel hands on a range instead of a reply per request.
+struct Answers {
+    sent: Range<usize>,
+    failed: Vec<(usize, Reply<()>)>,
+}
+
+/// The syncer's write socket: not opened yet, being opened on a thread of
+/// its own, or open.
+#[derive(Debug, Default)]
+pub(crate) enum WriterSlot {
+    #[default]
+    Closed,
+    Opening(std::thread::JoinHandle<io::Result<Writer>>),
+    Open(Box<Writer>),
+}
+
+impl WriterSlot {
+    /// Starts opening the socket on a thread of its own when it is not open
+    /// and the handle's namespace is another one: entering it takes a thread
+    /// and `setns`, about a millisecond under emulation, which then overlaps
+    /// the reading and planning before the first write. In the caller's own
+    /// namespace a socket opens at once, when first needed.
+    pub(crate) fn open_early(&mut self, handle: &crate::Handle) {
+        if !matches!(self, WriterSlot::Closed) || matches!(handle.netns(), NetNs::Current) {
+            return;
+        }
+        let (netns, timeout, family) =
+            (handle.netns().clone(), handle.timeout(), handle.family_id());
+        let opening = std::thread::Builder::new()
+            .name("ipvsctl-open".into())
+            .spawn(move || Writer::open_in(&netns, timeout, family));
+        if let Ok(opening) = opening {
+            *self = WriterSlot::Opening(opening);
+        }
+    }
+
+    /// The open socket, opened now if it is not (or its opening failed).
+    pub(crate) fn get(&mut self, handle: &crate::Handle) -> io::Result<&mut Writer> {
+        if !matches!(self, WriterSlot::Open(_)) {
+            let opened = match std::mem::take(self) {
+                WriterSlot::Opening(opening) => match opening.join() {
+                    Ok(opened) => opened,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                _ => Writer::open(handle),
+            };
+            *self = WriterSlot::Open(Box::new(opened?));
+        }
+        match self {
+            WriterSlot::Open(w) => Ok(w),
+            _ => Err(io::Error::other("the sync socket is not open")),
+        }
+    }
+
+    /// Drops the socket (it failed): the next write opens another.
+    pub(crate) fn close(&mut self) {
+        *self = WriterSlot::Closed;
+    }
+}
 
 impl Writer {
     /// A write socket in the handle's namespace, with its timeout.
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
-        let mut sock = GenlSocket::open(handle.netns())?;
-        sock.set_timeout(handle.timeout())?;
+        Self::open_in(handle.netns(), handle.timeout(), handle.family_id())
+    }
+
+    /// A write socket in `netns` for the IPVS family `family`, its waits
+    /// bounded by `timeout`.
+    fn open_in(netns: &NetNs, timeout: std::time::Duration, family: u16) -> io::Result<Writer> {
+        let mut sock = GenlSocket::open(netns)?;
+        sock.set_timeout(timeout)?;
         let small = Pipeline::new(1, limits(&sock, false), sock.timeout());
         Ok(Writer {
             sock,
-            family: handle.family_id(),
+            family,
             seq: 0,
             buf: Vec::new(),
             small,
@@ -199,7 +267,7 @@ impl Writer {
             pipe.reserve(per_datagram);
             let outcome = std::thread::scope(|scope| {
                 let (encoded_tx, encoded_rx) = mpsc::sync_channel::<Encoded>(1);
-                let (answers_tx, answers_rx) = mpsc::sync_channel::<Outcomes>(1);
+                let (answers_tx, answers_rx) = mpsc::sync_channel::<Answers>(1);
                 scope.spawn(move || {
                     let (mut next, mut ramp) = (0, RAMP_FROM);
                     while next < ops.len() {
@@ -289,7 +357,7 @@ fn transmit(
     pipe: &mut Pipeline<usize, ()>,
     encoded: &Encoded,
     buf: &mut Vec<u8>,
-    mut answered: impl FnMut(Outcomes),
+    mut answered: impl FnMut(Answers),
 ) -> io::Result<()> {
     if buf.capacity() < encoded.bytes.len() {
         // Replaced, not grown: growing would copy bytes already sent.
@@ -310,19 +378,32 @@ fn transmit(
             break;
         }
         drive(sock, pipe, buf, &mut |_, _| Ok(()))?;
-        let mut answers = Vec::with_capacity(encoded.ends.len());
-        while let Some(outcome) = pipe.poll_outcome() {
-            answers.push(outcome);
+        let mut answers = Answers {
+            sent: 0..0,
+            failed: Vec::new(),
+        };
+        while let Some((index, reply)) = pipe.poll_outcome() {
+            if answers.sent.is_empty() {
+                answers.sent.start = index;
+            }
+            answers.sent.end = index + 1;
+            if reply.result.is_err() {
+                answers.failed.push((index, reply));
+            }
         }
         answered(answers);
     }
     Ok(())
 }
 
-/// Hands each answer to `on_result` as its operation's result.
-fn report(ops: &[Op], answers: Outcomes, on_result: &mut impl FnMut(usize, Result<(), Error>)) {
-    for (index, reply) in answers {
-        report_one(ops, index, reply, on_result);
+/// Hands each operation of a datagram its result, in order.
+fn report(ops: &[Op], answers: Answers, on_result: &mut impl FnMut(usize, Result<(), Error>)) {
+    let mut failed = answers.failed.into_iter().peekable();
+    for index in answers.sent {
+        match failed.next_if(|(i, _)| *i == index) {
+            Some((_, reply)) => report_one(ops, index, reply, on_result),
+            None => on_result(index, Ok(())),
+        }
     }
 }
 
@@ -333,7 +414,13 @@ fn report_one(
     reply: Reply<()>,
     on_result: &mut impl FnMut(usize, Result<(), Error>),
 ) {
-    if let Some(op) = ops.get(index) {
+    let Some(op) = ops.get(index) else {
+        return;
+    };
+    if reply.result.is_ok() {
+        // No description of the operation is made for a success.
+        on_result(index, Ok(()));
+    } else {
         on_result(index, outcome(op.cmd(), &op.target(), reply).map(drop));
     }
 }
