@@ -868,3 +868,50 @@ fn same_key_foreign_services_are_conflicts_until_adopted() {
     assert_eq!(r.services.deleted, 1);
     assert!(!dump(&h).contains_key(&theirs));
 }
+
+/// A trusting sync large enough to run on the writer's helper threads
+/// (800 operations), with every tenth desired service someone else's: the
+/// kernel refuses those adds, the real servers are sent for every other
+/// service and for none of the refused ones, and each operation sent is
+/// accounted for.
+#[test]
+fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
+    let (ns, h) = setup();
+    let desired = cluster(200, 3, 1);
+    // Keys as `cluster` makes them: 10.96.0.1:80 and on.
+    let addrs: Vec<String> = (0..200)
+        .step_by(10)
+        .map(|i| format!("10.96.0.{}:80", i + 1))
+        .collect();
+    let theirs: Vec<ServiceKey> = addrs.iter().map(|a| ServiceKey::tcp(sa(a))).collect();
+    for addr in &addrs {
+        ns.ipvsadm(&format!("-A -t {addr} -s wlc"));
+        ns.ipvsadm(&format!("-a -t {addr} -r 192.0.2.10:80 -m -w 3"));
+    }
+    assert!(theirs.iter().all(|k| desired.contains(k)));
+    let foreign = dump(&h);
+    let mut mine = DesiredState::new();
+    for ds in desired.services() {
+        if !theirs.contains(&ds.service().key) {
+            mine.insert(ds.service().clone(), ds.destinations().iter().copied())
+                .unwrap();
+        }
+    }
+    let mut s = Syncer::new(&h);
+    // Knows the table (and owns none of it), then trusts its memory: every
+    // desired service is an add, and the kernel finds the foreign ones.
+    assert_ok(&s.sync(&DesiredState::new(), Verify::Full).unwrap());
+    let r = s.sync(&desired, Verify::None).unwrap();
+    let mut conflicts: Vec<ServiceKey> = r.conflicts.iter().map(|c| c.key).collect();
+    conflicts.sort();
+    let mut want = theirs.clone();
+    want.sort();
+    assert_eq!(conflicts, want);
+    assert!(r.failed.is_empty() && r.retried.is_empty(), "{r:#?}");
+    assert_eq!((r.services.added, r.destinations.added), (180, 540));
+    assert_eq!(r.writes_sent, 200 + 540);
+    assert_converged(&h, &foreign, &table_of(&mine));
+    for key in &theirs {
+        assert!(!s.owned().contains(key));
+    }
+}
