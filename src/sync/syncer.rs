@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
 use super::state::{DesiredState, Observed, ObservedService};
-use super::wire::WriterSlot;
+use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
 use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
 
@@ -309,8 +309,8 @@ pub struct Syncer<H: Borrow<Handle> = Arc<Handle>> {
     owned: HashSet<ServiceKey>,
     /// Extra sockets for parallel reads.
     readers: Vec<Handle>,
-    /// The write socket (opened before the first plan that may need it).
-    writer: WriterSlot,
+    /// The write socket (opened on first use).
+    writer: Option<Writer>,
 }
 
 impl<H: Borrow<Handle>> Syncer<H> {
@@ -330,7 +330,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
             stale: HashSet::new(),
             owned: HashSet::new(),
             readers: Vec::new(),
-            writer: WriterSlot::Closed,
+            writer: None,
         }
     }
 
@@ -436,7 +436,6 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// and listed in [`SyncReport::conflicts`] (see [Ownership](Syncer#ownership)).
     pub fn sync(&mut self, desired: &DesiredState, verify: Verify) -> Result<SyncReport> {
         let mut report = SyncReport::default();
-        self.writer.open_early(self.handle.borrow());
         self.observe(desired, verify, &mut report)?;
         // Desired services in memory are managed: owned already, or claimed
         // by the scope.
@@ -514,7 +513,6 @@ impl<H: Borrow<Handle>> Syncer<H> {
         verify: Verify,
     ) -> Result<SyncReport> {
         let mut report = SyncReport::default();
-        self.writer.open_early(self.handle.borrow());
         self.observe_keys(desired, keys, verify, &mut report)?;
         for key in keys {
             if !self.owned.contains(key) && desired.contains(key) && self.memory.contains(key) {
@@ -888,15 +886,18 @@ impl<H: Borrow<Handle>> Syncer<H> {
         if ops.is_empty() {
             return applied;
         }
-        let writer = match self.writer.get(self.handle.borrow()) {
-            Ok(w) => w,
-            Err(e) => {
-                report
-                    .aborted
-                    .get_or_insert(Error::io(Operation::OpenSyncSocket, e));
-                applied.socket_failed = true;
-                return applied;
-            }
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            None => match Writer::open(self.handle.borrow()) {
+                Ok(w) => self.writer.insert(w),
+                Err(e) => {
+                    report
+                        .aborted
+                        .get_or_insert(Error::io(Operation::OpenSyncSocket, e));
+                    applied.socket_failed = true;
+                    return applied;
+                }
+            },
         };
         let memory = &mut self.memory;
         let owned = &mut self.owned;
@@ -929,7 +930,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
         );
         if let Err(e) = outcome {
             // The socket failed: operations not answered have unknown outcomes.
-            self.writer.close();
+            self.writer = None;
             batch.aborted = Some(Error::io(Operation::SyncWrite, e));
         }
         report.writes_sent += batch.sent;

@@ -27,7 +27,6 @@ use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame;
 use crate::codec::request;
 use crate::handle::outcome;
-use crate::netlink::netns::NetNs;
 use crate::netlink::pipeline::{Kind, Limits, Pipeline, Push, Reply};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
@@ -133,75 +132,15 @@ struct Answers {
     failed: Vec<(usize, Reply<()>)>,
 }
 
-/// The syncer's write socket: not opened yet, being opened on a thread of
-/// its own, or open.
-#[derive(Debug, Default)]
-pub(crate) enum WriterSlot {
-    #[default]
-    Closed,
-    Opening(std::thread::JoinHandle<io::Result<Writer>>),
-    Open(Box<Writer>),
-}
-
-impl WriterSlot {
-    /// Starts opening the socket on a thread of its own when it is not open
-    /// and the handle's namespace is another one: entering it takes a thread
-    /// and `setns`, about a millisecond under emulation, which then overlaps
-    /// the reading and planning before the first write. In the caller's own
-    /// namespace a socket opens at once, when first needed.
-    pub(crate) fn open_early(&mut self, handle: &crate::Handle) {
-        if !matches!(self, WriterSlot::Closed) || matches!(handle.netns(), NetNs::Current) {
-            return;
-        }
-        let (netns, timeout, family) =
-            (handle.netns().clone(), handle.timeout(), handle.family_id());
-        let opening = std::thread::Builder::new()
-            .name("ipvsctl-open".into())
-            .spawn(move || Writer::open_in(&netns, timeout, family));
-        if let Ok(opening) = opening {
-            *self = WriterSlot::Opening(opening);
-        }
-    }
-
-    /// The open socket, opened now if it is not (or its opening failed).
-    pub(crate) fn get(&mut self, handle: &crate::Handle) -> io::Result<&mut Writer> {
-        if !matches!(self, WriterSlot::Open(_)) {
-            let opened = match std::mem::take(self) {
-                WriterSlot::Opening(opening) => match opening.join() {
-                    Ok(opened) => opened,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                },
-                _ => Writer::open(handle),
-            };
-            *self = WriterSlot::Open(Box::new(opened?));
-        }
-        match self {
-            WriterSlot::Open(w) => Ok(w),
-            _ => Err(io::Error::other("the sync socket is not open")),
-        }
-    }
-
-    /// Drops the socket (it failed): the next write opens another.
-    pub(crate) fn close(&mut self) {
-        *self = WriterSlot::Closed;
-    }
-}
-
 impl Writer {
     /// A write socket in the handle's namespace, with its timeout.
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
-        Self::open_in(handle.netns(), handle.timeout(), handle.family_id())
-    }
-
-    /// A write socket in `netns` for the IPVS family `family`, its waits
-    /// bounded by `timeout`.
-    fn open_in(netns: &NetNs, timeout: std::time::Duration, family: u16) -> io::Result<Writer> {
-        let mut sock = GenlSocket::open(netns)?;
-        sock.set_timeout(timeout)?;
+        let mut sock = GenlSocket::open(handle.netns())?;
+        sock.set_timeout(handle.timeout())?;
         let small = Pipeline::new(1, limits(&sock, false), sock.timeout());
         Ok(Writer {
             sock,
-            family,
+            family: handle.family_id(),
             seq: 0,
             buf: Vec::new(),
             small,
