@@ -797,6 +797,18 @@ fn reset_on_close(s: &std::net::TcpStream) {
     rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO)).unwrap();
 }
 
+/// `desired` without the services `keys`.
+fn without(desired: &DesiredState, keys: &[ServiceKey]) -> DesiredState {
+    let mut d = DesiredState::new();
+    for ds in desired.services() {
+        if !keys.contains(&ds.service().key) {
+            d.insert(ds.service().clone(), ds.destinations().iter().copied())
+                .unwrap();
+        }
+    }
+    d
+}
+
 /// A service someone else made (ipvsadm here) with the key of a desired one
 /// is a conflict for the default scope: reported, left exactly as it is, and
 /// never deleted; `adopt` takes it over.
@@ -808,18 +820,7 @@ fn same_key_foreign_services_are_conflicts_until_adopted() {
     let theirs = ServiceKey::tcp(sa("10.96.0.1:80"));
     let foreign = dump(&h);
     let desired = cluster(3, 2, 1); // 10.96.0.1..3:80
-    let mine: DesiredState = {
-        let mut d = DesiredState::new();
-        for ds in desired
-            .services()
-            .iter()
-            .filter(|s| s.service().key != theirs)
-        {
-            d.insert(ds.service().clone(), ds.destinations().iter().copied())
-                .unwrap();
-        }
-        d
-    };
+    let mine = without(&desired, &[theirs]);
     let conflicts = |r: &SyncReport| r.conflicts.iter().map(|c| c.key).collect::<Vec<_>>();
     // Found by the first sync's read.
     let mut s = Syncer::new(&h);
@@ -890,13 +891,7 @@ fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
     }
     assert!(theirs.iter().all(|k| desired.contains(k)));
     let foreign = dump(&h);
-    let mut mine = DesiredState::new();
-    for ds in desired.services() {
-        if !theirs.contains(&ds.service().key) {
-            mine.insert(ds.service().clone(), ds.destinations().iter().copied())
-                .unwrap();
-        }
-    }
+    let mine = without(&desired, &theirs);
     let mut s = Syncer::new(&h);
     // Knows the table (and owns none of it), then trusts its memory: every
     // desired service is an add, and the kernel finds the foreign ones.
