@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP};
 use ipvsctl::codec::{IpvsMessage, request};
-use ipvsctl::netlink::pipeline::{Failure, Io, Kind, Limits, Pipeline, Push, Reply};
+use ipvsctl::netlink::pipeline::{Failure, Io, Kind, Limits, Pipeline, Push, Reply, Staged};
 
 const FAMILY: u16 = 0x20;
 const PORT: u32 = 4242;
@@ -263,6 +263,137 @@ fn a_cut_dump_is_asked_again_once() {
     assert!(out[1].1.result.is_ok());
     assert_eq!(out[1].1.data.len(), 2);
     assert_eq!(pipe.next_seq(), 10);
+}
+
+/// Stages `kinds` (tagged from `first_tag`) into one datagram apart from
+/// any pipeline, seals it and takes it out; returns it with its bytes.
+fn stage(
+    staged: &mut Staged<usize, IpvsMessage>,
+    kinds: &[Kind],
+    first_tag: usize,
+) -> (Staged<usize, IpvsMessage>, Vec<u8>) {
+    let mut buf = Vec::new();
+    for (i, &kind) in kinds.iter().enumerate() {
+        let msg = request::flush();
+        let pushed = staged.push(&mut buf, kind, first_tag + i, |out, seq, flags| {
+            frame::encode_request(out, &msg, FAMILY, seq, flags).map(drop)
+        });
+        assert!(matches!(pushed, Ok(Push::Added)), "request {i} refused");
+    }
+    assert!(staged.seal(&mut buf));
+    assert!(!staged.has_room(), "a sealed datagram takes nothing more");
+    let datagram = staged.take().expect("sealed");
+    assert!(staged.take().is_none(), "taken once");
+    (datagram, buf)
+}
+
+fn seqs_of(datagram: &[u8]) -> Vec<u32> {
+    frame::frames(datagram)
+        .map(|f| f.unwrap().header.seq)
+        .collect()
+}
+
+#[test]
+fn datagrams_staged_apart_keep_the_rules_and_their_numbers() {
+    let mut pipe = pipeline(40, 64);
+    let mut staged = Staged::new(pipe.next_seq(), limits(64));
+    // Two datagrams staged before the first is answered.
+    let (first, mut first_bytes) = stage(&mut staged, &[Kind::Quiet; 3], 0);
+    let (second, mut second_bytes) = stage(&mut staged, &[Kind::Quiet; 2], 3);
+    assert_eq!(seqs_of(&first_bytes), [40, 41, 42]);
+    assert_eq!(seqs_of(&second_bytes), [43, 44]);
+    let acks: Vec<bool> = flags_of(&first_bytes)
+        .iter()
+        .map(|f| f & NLM_F_ACK != 0)
+        .collect();
+    assert_eq!(acks, [false, false, true]);
+    pipe.launch(first, &mut first_bytes).expect("idle");
+    pipe.on_sent(Instant::now());
+    // Busy: the second comes back untouched.
+    let second = pipe
+        .launch(second, &mut second_bytes)
+        .expect_err("one datagram in flight at a time");
+    assert_eq!(second.len(), 2);
+    let mut datagram = answer(41, EEXIST);
+    datagram.extend(answer(42, 0));
+    feed(&mut pipe, Instant::now(), &datagram);
+    let taken: Vec<(usize, Reply)> = pipe.take_outcomes().collect();
+    let errnos: Vec<(usize, Option<i32>)> = taken.iter().map(|(t, r)| (*t, errno(r))).collect();
+    assert_eq!(errnos, [(0, None), (1, Some(EEXIST)), (2, None)]);
+    assert!(taken[0].1.result.is_ok() && taken[2].1.result.is_ok());
+    pipe.launch(second, &mut second_bytes).expect("idle again");
+    pipe.on_sent(Instant::now());
+    assert_eq!(seqs_of(&second_bytes), [43, 44], "numbers kept");
+    feed(&mut pipe, Instant::now(), &answer(42, EEXIST)); // stale
+    feed(&mut pipe, Instant::now(), &answer(44, 0));
+    let out = outcomes(&mut pipe);
+    let tags: Vec<usize> = out.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tags, [3, 4]);
+    assert!(out.iter().all(|(_, r)| r.result.is_ok()));
+    assert_eq!(pipe.next_seq(), 45);
+    assert_eq!(pipe.take_outcomes().len(), 0);
+}
+
+#[test]
+fn a_staged_datagram_is_renumbered_after_a_dump_asked_again() {
+    let mut pipe = pipeline(1, 64);
+    let mut staged = Staged::new(2, limits(64));
+    // Staged while the dump (number 1) is in flight, numbered from 2.
+    let (later, mut later_bytes) = stage(&mut staged, &[Kind::Quiet; 2], 1);
+    send(&mut pipe, &[Kind::Dump], Instant::now());
+    pipe.on_truncated(Instant::now(), &data(1)[..16]);
+    pipe.on_empty();
+    // The dump is asked again as number 2: the staged requests move on.
+    assert!(matches!(pipe.next_io(), Io::Send(_)));
+    pipe.on_sent(Instant::now());
+    let mut whole = data(2);
+    whole.extend(done(2));
+    feed(&mut pipe, Instant::now(), &whole);
+    assert!(outcomes(&mut pipe)[0].1.result.is_ok());
+    assert_eq!(pipe.next_seq(), 3);
+    pipe.launch(later, &mut later_bytes).expect("idle");
+    pipe.on_sent(Instant::now());
+    assert_eq!(seqs_of(&later_bytes), [3, 4]);
+    let acks: Vec<bool> = flags_of(&later_bytes)
+        .iter()
+        .map(|f| f & NLM_F_ACK != 0)
+        .collect();
+    assert_eq!(acks, [false, true], "flags untouched by the renumbering");
+    // A late answer under the dump's number is not taken for request 1.
+    feed(&mut pipe, Instant::now(), &answer(2, EEXIST));
+    feed(&mut pipe, Instant::now(), &answer(4, 0));
+    let out = outcomes(&mut pipe);
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|(_, r)| r.result.is_ok()));
+    assert_eq!(pipe.next_seq(), 5);
+}
+
+#[test]
+fn launch_refuses_what_is_not_a_sealed_datagram() {
+    let mut pipe = pipeline(1, 64);
+    let mut bytes = Vec::new();
+    // Empty.
+    let empty: Staged<usize, IpvsMessage> = Staged::new(1, limits(64));
+    assert!(pipe.launch(empty, &mut bytes).is_err());
+    // Not sealed.
+    let mut open = Staged::new(1, limits(64));
+    let msg = request::flush();
+    let pushed = open.push(&mut bytes, Kind::Quiet, 0, |out, seq, flags| {
+        frame::encode_request(out, &msg, FAMILY, seq, flags).map(drop)
+    });
+    assert!(matches!(pushed, Ok(Push::Added)));
+    let open = pipe.launch(open, &mut bytes).expect_err("not sealed");
+    assert_eq!(open.len(), 1);
+    // A request pushed into the pipeline itself: it is filling.
+    let mut buf = Vec::new();
+    let pushed = pipe.push(&mut buf, Kind::Quiet, 9, |out, seq, flags| {
+        frame::encode_request(out, &msg, FAMILY, seq, flags).map(drop)
+    });
+    assert!(matches!(pushed, Ok(Push::Added)));
+    let mut staged = Staged::new(2, limits(64));
+    let (sealed, mut sealed_bytes) = stage(&mut staged, &[Kind::Quiet], 1);
+    assert!(pipe.launch(sealed, &mut sealed_bytes).is_err());
+    assert_eq!(pipe.next_io(), Io::Idle);
 }
 
 #[test]

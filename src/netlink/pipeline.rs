@@ -206,25 +206,264 @@ enum State {
     Reask,
 }
 
+/// A datagram being filled: its requests numbered and packed within the
+/// limits, with their bookkeeping, until it is sealed and put in flight.
+///
+/// A [`Pipeline`] fills its datagrams in one of these. A writer that wants
+/// the next datagram filled while the current one is in flight (on another
+/// thread, say) fills one apart with [`Staged::new`] and hands it over with
+/// [`Pipeline::launch`]: the packing and quiet-ACK rules are the same code
+/// either way.
+#[derive(Debug)]
+pub struct Staged<T, D = IpvsMessage> {
+    limits: Limits,
+    /// The sequence number the next request gets.
+    next_seq: u32,
+    /// The sequence number of `requests[0]`.
+    first_seq: u32,
+    requests: VecDeque<Pending<T, D>>,
+    /// Where the datagram's last request starts in the caller's buffer.
+    last_at: usize,
+    /// The datagram ends with a dump: kept to ask again if its answer is cut.
+    dump_request: Option<Vec<u8>>,
+    sealed: bool,
+}
+
+impl<T, D> Staged<T, D> {
+    /// An empty datagram whose requests are numbered from `first_seq` on,
+    /// packed within `limits`.
+    pub fn new(first_seq: u32, limits: Limits) -> Self {
+        Staged {
+            limits: Limits {
+                max_batch: limits.max_batch.max(1),
+                ..limits
+            },
+            next_seq: first_seq,
+            first_seq,
+            requests: VecDeque::new(),
+            last_at: 0,
+            dump_request: None,
+            sealed: false,
+        }
+    }
+
+    /// The sequence number the next request will get.
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// How many requests the datagram holds.
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Whether the datagram holds no request.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Makes room for the bookkeeping of `requests` requests at once.
+    pub fn reserve(&mut self, requests: usize) {
+        self.requests.reserve(requests);
+    }
+
+    /// Whether another request may join the datagram.
+    pub fn has_room(&self) -> bool {
+        !self.sealed && self.requests.len() < self.limits.max_batch && self.dump_request.is_none()
+    }
+
+    /// Writes one request into `buf` (the datagram, which the caller empties
+    /// before its first push) with `write(buf, seq, flags)`, which appends
+    /// exactly one netlink message. A request that does not fit beside the
+    /// ones already there is taken back out and its tag returned
+    /// ([`Push::Full`]); the first request of a datagram is always taken. An
+    /// error of `write` is returned as is, with the buffer as it was and
+    /// nothing spent.
+    pub fn push<E>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        kind: Kind,
+        tag: T,
+        write: impl FnOnce(&mut Vec<u8>, u32, u16) -> Result<(), E>,
+    ) -> Result<Push<T>, E> {
+        if !self.has_room() {
+            return Ok(Push::Full(tag));
+        }
+        if self.requests.is_empty() {
+            self.first_seq = self.next_seq;
+        }
+        let before = buf.len();
+        if let Err(e) = write(buf, self.next_seq, kind.flags()) {
+            buf.truncate(before);
+            return Err(e);
+        }
+        if buf.len() > self.limits.max_send && !self.requests.is_empty() {
+            buf.truncate(before);
+            return Ok(Push::Full(tag));
+        }
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.last_at = before;
+        if kind == Kind::Dump {
+            self.dump_request = Some(buf[before..].to_vec());
+        }
+        self.requests.push_back(Pending::new(tag, kind));
+        Ok(Push::Added)
+    }
+
+    /// [`Staged::push`] for a request encoded beforehand (with any sequence
+    /// number and flags): it is copied into `buf` and given its sequence
+    /// number and its kind's flags there.
+    pub fn push_encoded(
+        &mut self,
+        buf: &mut Vec<u8>,
+        kind: Kind,
+        tag: T,
+        request: &[u8],
+    ) -> Push<T> {
+        let copy = |out: &mut Vec<u8>, seq: u32, flags: u16| {
+            let at = out.len();
+            out.extend_from_slice(request);
+            set_header(&mut out[at..], seq, flags);
+            Ok::<(), std::convert::Infallible>(())
+        };
+        match self.push(buf, kind, tag, copy) {
+            Ok(p) => p,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Closes the datagram in `buf` (a quiet last request asks for an ACK)
+    /// and returns whether it holds anything to send. Nothing more joins it.
+    pub fn seal(&mut self, buf: &mut [u8]) -> bool {
+        if self.sealed || self.requests.is_empty() {
+            return false;
+        }
+        if self.requests.back().is_some_and(|p| p.kind == Kind::Quiet)
+            && let Some(last) = buf.get_mut(self.last_at..)
+        {
+            frame::set_flags(last, NLM_F_REQUEST | NLM_F_ACK);
+        }
+        self.sealed = true;
+        true
+    }
+
+    /// Takes the sealed datagram out, for [`Pipeline::launch`], and leaves
+    /// this one empty to fill the next datagram, numbering on. `None` when
+    /// nothing was sealed.
+    pub fn take(&mut self) -> Option<Staged<T, D>> {
+        if !self.sealed {
+            return None;
+        }
+        self.sealed = false;
+        let taken = Staged {
+            limits: self.limits,
+            next_seq: self.next_seq,
+            first_seq: self.first_seq,
+            requests: std::mem::take(&mut self.requests),
+            last_at: std::mem::take(&mut self.last_at),
+            dump_request: self.dump_request.take(),
+            sealed: true,
+        };
+        self.first_seq = self.next_seq;
+        Some(taken)
+    }
+
+    /// Gives the sealed datagram in `buf` the numbers from `first_seq` on,
+    /// request by request along their headers' lengths (as `write` made
+    /// them). A message length that does not fit stops the walk.
+    fn renumber(&mut self, buf: &mut [u8], first_seq: u32) {
+        let count = self.requests.len();
+        let mut at = 0;
+        let mut seq = first_seq;
+        for _ in 0..count {
+            let Some(len) = buf.get(at..at + 4) else {
+                break;
+            };
+            let len = u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            if len < frame::NLMSG_HDRLEN {
+                break;
+            }
+            if let Some(s) = buf.get_mut(at + 8..at + 12) {
+                s.copy_from_slice(&seq.to_ne_bytes());
+            }
+            seq = seq.wrapping_add(1);
+            at = at.saturating_add((len + 3) & !3);
+        }
+        // The pipeline counts on the numbers `first_seq..` in order, one
+        // per request, whatever the walk found.
+        let next_seq = first_seq.wrapping_add(count as u32);
+        if let Some(req) = self.dump_request.as_mut()
+            && let Some(s) = req.get_mut(8..12)
+        {
+            s.copy_from_slice(&next_seq.wrapping_sub(1).to_ne_bytes());
+        }
+        self.first_seq = first_seq;
+        self.next_seq = next_seq;
+    }
+
+    /// Starts over empty, numbering from `first_seq`, keeping its room.
+    fn restart(&mut self, first_seq: u32, limits: Limits) {
+        let Staged {
+            limits: self_limits,
+            next_seq,
+            first_seq: self_first_seq,
+            requests,
+            last_at,
+            dump_request,
+            sealed,
+        } = self;
+        *self_limits = Limits {
+            max_batch: limits.max_batch.max(1),
+            ..limits
+        };
+        *next_seq = first_seq;
+        *self_first_seq = first_seq;
+        requests.clear();
+        *last_at = 0;
+        *dump_request = None;
+        *sealed = false;
+    }
+}
+
+/// Outcomes taken from a [`Pipeline`] at once ([`Pipeline::take_outcomes`]),
+/// each made when the iteration reaches it: a writer hands them to another
+/// thread for its bookkeeping instead of making them on the one that waits
+/// for the kernel.
+#[derive(Debug)]
+pub struct Outcomes<T, D = IpvsMessage>(VecDeque<Pending<T, D>>);
+
+impl<T, D> Iterator for Outcomes<T, D> {
+    type Item = (T, Reply<D>);
+
+    fn next(&mut self) -> Option<(T, Reply<D>)> {
+        self.0.pop_front().map(Pending::into_outcome)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.0.len(), Some(self.0.len()))
+    }
+}
+
+impl<T, D> ExactSizeIterator for Outcomes<T, D> {}
+
 /// The pipeline's state: one datagram in flight at a time, its requests'
 /// answers, and the outcomes ready to be taken. `T` is the caller's tag for
 /// each request, handed back with its outcome; `D` what data messages are
 /// decoded into.
 #[derive(Debug)]
 pub struct Pipeline<T, D = IpvsMessage> {
-    limits: Limits,
     timeout: Duration,
-    /// The sequence number the next request gets.
-    next_seq: u32,
+    /// The datagram being filled; its numbering is the pipeline's.
+    fill: Staged<T, D>,
     /// The sequence number of `pending[0]`.
     first_seq: u32,
+    /// The requests of the datagram in flight.
     pending: VecDeque<Pending<T, D>>,
     /// Requests of `pending` without an outcome yet.
     open: usize,
     state: State,
-    /// Where the datagram's last request starts in the caller's buffer.
-    last_at: usize,
-    /// The datagram ends with a dump: kept to ask again if its answer is cut.
+    /// The datagram in flight ends with a dump: kept to ask again if its
+    /// answer is cut.
     dump_request: Option<Vec<u8>>,
     reasked: bool,
     /// Answers were dropped or a datagram was cut: drain without waiting.
@@ -248,17 +487,12 @@ impl<T, D> Pipeline<T, D> {
     /// silence.
     pub fn new(first_seq: u32, limits: Limits, timeout: Duration) -> Self {
         Pipeline {
-            limits: Limits {
-                max_batch: limits.max_batch.max(1),
-                ..limits
-            },
             timeout,
-            next_seq: first_seq,
+            fill: Staged::new(first_seq, limits),
             first_seq,
             pending: VecDeque::new(),
             open: 0,
             state: State::Filling,
-            last_at: 0,
             dump_request: None,
             reasked: false,
             draining: false,
@@ -278,14 +512,12 @@ impl<T, D> Pipeline<T, D> {
         // Field by field, in place: every field is named, so a new one
         // cannot be forgotten here.
         let Pipeline {
-            limits: self_limits,
             timeout: self_timeout,
-            next_seq,
+            fill,
             first_seq: self_first_seq,
             pending,
             open,
             state,
-            last_at,
             dump_request,
             reasked,
             draining,
@@ -295,17 +527,12 @@ impl<T, D> Pipeline<T, D> {
             dropped_foreign,
             ready,
         } = self;
-        *self_limits = Limits {
-            max_batch: limits.max_batch.max(1),
-            ..limits
-        };
         *self_timeout = timeout;
-        *next_seq = first_seq;
+        fill.restart(first_seq, limits);
         *self_first_seq = first_seq;
         pending.clear();
         *open = 0;
         *state = State::Filling;
-        *last_at = 0;
         *dump_request = None;
         *reasked = false;
         *draining = false;
@@ -321,6 +548,7 @@ impl<T, D> Pipeline<T, D> {
     /// doubling, each step copying them, on the thread that waits for the
     /// kernel.
     pub fn reserve(&mut self, requests: usize) {
+        self.fill.reserve(requests);
         self.pending.reserve(requests);
         self.ready.reserve(requests);
     }
@@ -328,7 +556,7 @@ impl<T, D> Pipeline<T, D> {
     /// The sequence number the next request will get (every number below it
     /// is spent, answered or not).
     pub fn next_seq(&self) -> u32 {
-        self.next_seq
+        self.fill.next_seq
     }
 
     /// Datagrams dropped because they did not come from the kernel.
@@ -338,17 +566,16 @@ impl<T, D> Pipeline<T, D> {
 
     /// Whether another request may join the datagram being filled.
     pub fn has_room(&self) -> bool {
-        self.state == State::Filling
-            && self.pending.len() < self.limits.max_batch
-            && self.dump_request.is_none()
+        self.state == State::Filling && self.fill.has_room()
     }
 
     /// Writes one request into `buf` (the datagram being filled, which the
-    /// caller empties before its first push) with `write(buf, seq, flags)`.
-    /// A request that does not fit beside the ones already there is taken
-    /// back out and its tag returned ([`Push::Full`]); the first request of a
-    /// datagram is always taken. An error of `write` is returned as is, with
-    /// the buffer as it was and nothing spent.
+    /// caller empties before its first push) with `write(buf, seq, flags)`,
+    /// which appends exactly one netlink message. A request that does not
+    /// fit beside the ones already there is taken back out and its tag
+    /// returned ([`Push::Full`]); the first request of a datagram is always
+    /// taken. An error of `write` is returned as is, with the buffer as it
+    /// was and nothing spent.
     pub fn push<E>(
         &mut self,
         buf: &mut Vec<u8>,
@@ -356,28 +583,16 @@ impl<T, D> Pipeline<T, D> {
         tag: T,
         write: impl FnOnce(&mut Vec<u8>, u32, u16) -> Result<(), E>,
     ) -> Result<Push<T>, E> {
-        if !self.has_room() {
+        if self.state != State::Filling {
             return Ok(Push::Full(tag));
         }
-        if self.pending.is_empty() {
-            self.first_seq = self.next_seq;
-        }
-        let before = buf.len();
-        if let Err(e) = write(buf, self.next_seq, kind.flags()) {
-            buf.truncate(before);
-            return Err(e);
-        }
-        if buf.len() > self.limits.max_send && !self.pending.is_empty() {
-            buf.truncate(before);
-            return Ok(Push::Full(tag));
-        }
-        self.next_seq = self.next_seq.wrapping_add(1);
-        self.last_at = before;
-        if kind == Kind::Dump {
-            self.dump_request = Some(buf[before..].to_vec());
-        }
-        self.pending.push_back(Pending::new(tag, kind));
-        Ok(Push::Added)
+        self.fill.push(buf, kind, tag, write)
+    }
+
+    /// The datagram being filled, to push into directly; `None` while one is
+    /// in flight.
+    pub(crate) fn filling(&mut self) -> Option<&mut Staged<T, D>> {
+        (self.state == State::Filling).then_some(&mut self.fill)
     }
 
     /// [`Pipeline::push`] for a request encoded beforehand (with any
@@ -390,33 +605,60 @@ impl<T, D> Pipeline<T, D> {
         tag: T,
         request: &[u8],
     ) -> Push<T> {
-        let copy = |out: &mut Vec<u8>, seq: u32, flags: u16| {
-            let at = out.len();
-            out.extend_from_slice(request);
-            set_header(&mut out[at..], seq, flags);
-            Ok::<(), std::convert::Infallible>(())
-        };
-        match self.push(buf, kind, tag, copy) {
-            Ok(p) => p,
-            Err(never) => match never {},
+        if self.state != State::Filling {
+            return Push::Full(tag);
         }
+        self.fill.push_encoded(buf, kind, tag, request)
     }
 
     /// Closes the datagram in `buf` (a quiet last request asks for an ACK)
     /// and returns whether there is anything to send; if so, the caller sends
     /// `buf` and calls [`Pipeline::on_sent`].
     pub fn seal(&mut self, buf: &mut [u8]) -> bool {
-        if self.state != State::Filling || self.pending.is_empty() {
+        if self.state != State::Filling || !self.fill.seal(buf) {
             return false;
         }
-        if self.pending.back().is_some_and(|p| p.kind == Kind::Quiet)
-            && let Some(last) = buf.get_mut(self.last_at..)
+        self.fill.sealed = false;
+        let first_seq = self.fill.first_seq;
+        self.fill.first_seq = self.fill.next_seq;
+        self.fill.last_at = 0;
+        let dump_request = self.fill.dump_request.take();
+        std::mem::swap(&mut self.pending, &mut self.fill.requests);
+        self.fly(first_seq, dump_request);
+        true
+    }
+
+    /// Puts a datagram filled apart ([`Staged`], sealed and taken) in flight
+    /// as [`Pipeline::seal`] would; `buf` holds its bytes, which the caller
+    /// sends before calling [`Pipeline::on_sent`]. The pipeline must be idle
+    /// (nothing in flight or pushed); otherwise the datagram comes back
+    /// untouched. Its requests keep their numbers when they follow the
+    /// pipeline's; when a dump asked again took a number meanwhile, `buf`
+    /// is renumbered here, so that no answer can be taken for another's.
+    pub fn launch(&mut self, mut staged: Staged<T, D>, buf: &mut [u8]) -> Result<(), Staged<T, D>> {
+        if self.state != State::Filling
+            || !self.fill.requests.is_empty()
+            || !staged.sealed
+            || staged.requests.is_empty()
         {
-            frame::set_flags(last, NLM_F_REQUEST | NLM_F_ACK);
+            return Err(staged);
         }
+        if staged.first_seq != self.fill.next_seq {
+            staged.renumber(buf, self.fill.next_seq);
+        }
+        self.fill.next_seq = staged.next_seq;
+        self.fill.first_seq = staged.next_seq;
+        std::mem::swap(&mut self.pending, &mut staged.requests);
+        self.fly(staged.first_seq, staged.dump_request.take());
+        Ok(())
+    }
+
+    /// The datagram now in `pending` is in flight.
+    fn fly(&mut self, first_seq: u32, dump_request: Option<Vec<u8>>) {
+        self.first_seq = first_seq;
+        self.dump_request = dump_request;
         self.open = self.pending.len();
         self.state = State::Answering;
-        true
     }
 
     /// The datagram (or a dump asked again) was sent at `now`.
@@ -471,7 +713,7 @@ impl<T, D> Pipeline<T, D> {
                     break;
                 }
             };
-            if f.header.port != 0 && f.header.port != self.limits.port {
+            if f.header.port != 0 && f.header.port != self.fill.limits.port {
                 continue; // not an answer to this socket's requests
             }
             self.on_frame(f.header.seq, f.body, decode);
@@ -615,6 +857,12 @@ impl<T, D> Pipeline<T, D> {
         self.ready.pop_front().map(Pending::into_outcome)
     }
 
+    /// Every outcome ready now, in order, taken at once: what
+    /// [`Pipeline::poll_outcome`] would return until `None`.
+    pub fn take_outcomes(&mut self) -> Outcomes<T, D> {
+        Outcomes(std::mem::take(&mut self.ready))
+    }
+
     fn check_done(&mut self) {
         if self.open == 0 && self.state == State::Answering {
             self.finish();
@@ -645,8 +893,9 @@ impl<T, D> Pipeline<T, D> {
             Some(last) => {
                 // The socket now takes whole datagrams, and a dump only
                 // reads: ask once more, under a new sequence number.
-                let seq = self.next_seq;
-                self.next_seq = seq.wrapping_add(1);
+                let seq = self.fill.next_seq;
+                self.fill.next_seq = seq.wrapping_add(1);
+                self.fill.first_seq = self.fill.next_seq;
                 self.first_seq = seq;
                 if let Some(req) = self.dump_request.as_mut() {
                     set_header(req, seq, Kind::Dump.flags());

@@ -19,7 +19,6 @@
 //! from `codec::request::write_*`, the same code the request builders use.
 
 use std::io;
-use std::ops::Range;
 use std::sync::mpsc;
 
 use crate::codec::attr::{begin_nest, end_nest};
@@ -27,7 +26,7 @@ use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame;
 use crate::codec::request;
 use crate::handle::outcome;
-use crate::netlink::pipeline::{Kind, Limits, Pipeline, Push, Reply};
+use crate::netlink::pipeline::{Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
 
@@ -82,56 +81,6 @@ pub(crate) struct Writer {
     small: Pipeline<usize, ()>,
 }
 
-/// Requests encoded back to back for `ops[first..]`: each ends at its entry
-/// of `ends`. Their sequence numbers and flags are the pipeline's to set.
-struct Encoded {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-    first: usize,
-}
-
-impl Encoded {
-    /// Encodes up to `count` operations from `ops[first..]`, within
-    /// `max_send` bytes (at least one).
-    fn fill(ops: &[Op], first: usize, count: usize, family: u16, max_send: usize) -> Encoded {
-        let mut e = Encoded {
-            // About what `count` operations take (at most a datagram): a
-            // whole datagram's buffer for one operation made glibc move its
-            // heap top (brk) on every sync of one change.
-            bytes: Vec::with_capacity(count.saturating_mul(ESTIMATED_OP_LEN).clamp(256, 64 << 10)),
-            ends: Vec::with_capacity(count),
-            first,
-        };
-        for op in ops.iter().skip(first).take(count) {
-            let before = e.bytes.len();
-            encode(&mut e.bytes, op, family, 0, 0);
-            if e.bytes.len() > max_send && !e.ends.is_empty() {
-                e.bytes.truncate(before);
-                break;
-            }
-            e.ends.push(e.bytes.len());
-        }
-        e
-    }
-
-    fn requests(&self) -> impl Iterator<Item = (usize, &[u8])> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(self.ends.iter().copied())
-            .enumerate()
-            .map(|(i, (from, to))| (self.first + i, self.bytes.get(from..to).unwrap_or_default()))
-    }
-}
-
-/// The outcomes of one datagram: its requests were `ops[sent]`; those in
-/// `failed` (in order, with their operation's index) failed, every other one
-/// succeeded. Most datagrams fail nothing, so the thread that waits for the
-/// kernel hands on a range instead of a reply per request.
-struct Answers {
-    sent: Range<usize>,
-    failed: Vec<(usize, Reply<()>)>,
-}
-
 impl Writer {
     /// A write socket in the handle's namespace, with its timeout.
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
@@ -154,10 +103,12 @@ impl Writer {
     /// then have unknown outcomes).
     ///
     /// More than [`PIPELINE_FROM`] requests run as a pipeline of three threads:
-    /// one encodes the next datagram while another waits in `send` for the
-    /// kernel (which does its work inside that call) and this one reports
-    /// the answers of the previous datagram (the caller's bookkeeping), so the
-    /// library's own work hides behind the kernel's.
+    /// one fills the next datagram (a [`Staged`] one: encoded, numbered and
+    /// packed) while another waits in `send` for the kernel (which does its
+    /// work inside that call) and this one makes the outcomes of the previous
+    /// datagram and reports them (the caller's bookkeeping). The thread the
+    /// kernel waits for only puts each datagram in flight and takes its
+    /// answers, so the library's own work hides behind the kernel's.
     pub(crate) fn send(
         &mut self,
         ops: &[Op],
@@ -179,16 +130,8 @@ impl Writer {
             let mut outcome = Ok(());
             while next < ops.len() && outcome.is_ok() {
                 buf.clear();
-                while let Some(op) = ops.get(next) {
-                    let write = |out: &mut Vec<u8>, seq, flags| {
-                        encode(out, op, family, seq, flags);
-                        Ok::<(), std::convert::Infallible>(())
-                    };
-                    match pipe.push(buf, Kind::Quiet, next, write) {
-                        Ok(Push::Added) => next += 1,
-                        Ok(Push::Full(_)) => break,
-                        Err(never) => match never {},
-                    }
+                if let Some(fill) = pipe.filling() {
+                    next = stage(fill, buf, ops, next, usize::MAX, family);
                 }
                 if !pipe.seal(buf) {
                     break;
@@ -200,44 +143,56 @@ impl Writer {
             }
             (outcome, pipe.next_seq(), pipe.dropped_foreign())
         } else {
-            // The most requests one datagram of this send carries.
-            let per_datagram = max_batch.min(ops.len());
             let mut pipe = Pipeline::new(first_seq, limits, timeout);
-            pipe.reserve(per_datagram);
             let outcome = std::thread::scope(|scope| {
-                let (encoded_tx, encoded_rx) = mpsc::sync_channel::<Encoded>(1);
-                let (answers_tx, answers_rx) = mpsc::sync_channel::<Answers>(1);
+                let (staged_tx, staged_rx) = mpsc::sync_channel::<(Staged<usize, ()>, Vec<u8>)>(1);
+                let (spent_tx, spent_rx) = mpsc::sync_channel::<Vec<u8>>(2);
+                let (outcomes_tx, outcomes_rx) = mpsc::sync_channel::<Outcomes<usize, ()>>(1);
                 scope.spawn(move || {
+                    let mut staged = Staged::new(first_seq, limits);
                     let (mut next, mut ramp) = (0, RAMP_FROM);
                     while next < ops.len() {
                         let count = ramped(ramp, ops.len() - next, max_batch);
                         ramp = ramp.saturating_mul(2);
-                        let encoded = Encoded::fill(ops, next, count, family, max_send);
-                        next += encoded.ends.len();
-                        if encoded_tx.send(encoded).is_err() {
+                        let room = count.saturating_mul(ESTIMATED_OP_LEN).min(max_send);
+                        let mut buf = spent_rx.try_recv().unwrap_or_default();
+                        buf.clear();
+                        buf.reserve(room);
+                        staged.reserve(count);
+                        next = stage(&mut staged, &mut buf, ops, next, count, family);
+                        let Some(datagram) = staged.seal(&mut buf).then(|| staged.take()).flatten()
+                        else {
+                            return;
+                        };
+                        if staged_tx.send((datagram, buf)).is_err() {
                             return; // the sender stopped on a socket error
                         }
                     }
                 });
                 let pipe = &mut pipe;
                 let sender = scope.spawn(move || -> io::Result<()> {
-                    // Room for a full datagram of typical requests, made
-                    // once: only the pages a datagram touches are mapped.
-                    let full = per_datagram.saturating_mul(ESTIMATED_OP_LEN);
-                    let mut datagram = Vec::with_capacity(full.min(max_send));
-                    for encoded in encoded_rx {
-                        let mut gone = false;
-                        transmit(sock, pipe, &encoded, &mut datagram, |answers| {
-                            gone |= answers_tx.send(answers).is_err();
-                        })?;
+                    for (datagram, mut buf) in staged_rx {
+                        if pipe.launch(datagram, &mut buf).is_err() {
+                            // The pipeline is idle between datagrams, and a
+                            // staged one is sealed and holds requests.
+                            return Err(io::Error::other(
+                                "the request pipeline refused a datagram",
+                            ));
+                        }
+                        drive(sock, pipe, &buf, &mut |_, _| Ok(()))?;
+                        let gone = outcomes_tx.send(pipe.take_outcomes()).is_err();
+                        // Kept for a later datagram when the encoder wants it.
+                        let _ = spent_tx.try_send(buf);
                         if gone {
                             break;
                         }
                     }
                     Ok(())
                 });
-                for answers in answers_rx {
-                    report(ops, answers, &mut on_result);
+                for outcomes in outcomes_rx {
+                    for (index, reply) in outcomes {
+                        report_one(ops, index, reply, &mut on_result);
+                    }
                 }
                 match sender.join() {
                     Ok(r) => r,
@@ -286,64 +241,32 @@ fn ramped(ramp: usize, left: usize, max_batch: usize) -> usize {
     ramp.min(left).min(max_batch).max(1)
 }
 
-/// Sends encoded requests through the pipeline, as many datagrams as its
-/// limits make of them, and hands each datagram's outcomes to `answered`.
-/// `buf` is the datagram's buffer, kept by the caller from one call to the
-/// next: a new one each time costs the page faults of its first writes on
-/// the thread the kernel's work waits for.
-fn transmit(
-    sock: &mut GenlSocket,
-    pipe: &mut Pipeline<usize, ()>,
-    encoded: &Encoded,
+/// Writes up to `count` operations from `ops[next..]` into the datagram
+/// `buf` that `staged` is filling, straight from the plan, as many as fit;
+/// returns the index of the first operation left out.
+fn stage(
+    staged: &mut Staged<usize, ()>,
     buf: &mut Vec<u8>,
-    mut answered: impl FnMut(Answers),
-) -> io::Result<()> {
-    if buf.capacity() < encoded.bytes.len() {
-        // Replaced, not grown: growing would copy bytes already sent.
-        *buf = Vec::with_capacity(encoded.bytes.len());
-    }
-    let mut requests = encoded.requests().peekable();
-    while requests.peek().is_some() {
-        buf.clear();
-        while let Some(&(index, bytes)) = requests.peek() {
-            match pipe.push_encoded(buf, Kind::Quiet, index, bytes) {
-                Push::Added => {
-                    requests.next();
-                }
-                Push::Full(_) => break,
-            }
-        }
-        if !pipe.seal(buf) {
-            break;
-        }
-        drive(sock, pipe, buf, &mut |_, _| Ok(()))?;
-        let mut answers = Answers {
-            sent: 0..0,
-            failed: Vec::new(),
+    ops: &[Op],
+    mut next: usize,
+    count: usize,
+    family: u16,
+) -> usize {
+    let end = next.saturating_add(count);
+    while next < end
+        && let Some(op) = ops.get(next)
+    {
+        let write = |out: &mut Vec<u8>, seq, flags| {
+            encode(out, op, family, seq, flags);
+            Ok::<(), std::convert::Infallible>(())
         };
-        while let Some((index, reply)) = pipe.poll_outcome() {
-            if answers.sent.is_empty() {
-                answers.sent.start = index;
-            }
-            answers.sent.end = index + 1;
-            if reply.result.is_err() {
-                answers.failed.push((index, reply));
-            }
-        }
-        answered(answers);
-    }
-    Ok(())
-}
-
-/// Hands each operation of a datagram its result, in order.
-fn report(ops: &[Op], answers: Answers, on_result: &mut impl FnMut(usize, Result<(), Error>)) {
-    let mut failed = answers.failed.into_iter().peekable();
-    for index in answers.sent {
-        match failed.next_if(|(i, _)| *i == index) {
-            Some((_, reply)) => report_one(ops, index, reply, on_result),
-            None => on_result(index, Ok(())),
+        match staged.push(buf, Kind::Quiet, next, write) {
+            Ok(Push::Added) => next += 1,
+            Ok(Push::Full(_)) => break,
+            Err(never) => match never {},
         }
     }
+    next
 }
 
 /// Hands one answer to `on_result` as the result of `ops[index]`.

@@ -1047,7 +1047,7 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
 /// datagrams. Once the input runs out, the kernel falls silent for good. Nothing may panic, the pipeline must
 /// come to rest, and every request must get exactly one outcome, in order.
 pub fn pipeline(data: &[u8]) {
-    use ipvsctl::netlink::pipeline::{Io, Kind, Limits, Pipeline, Push};
+    use ipvsctl::netlink::pipeline::{Io, Kind, Limits, Pipeline, Push, Staged};
     use std::time::{Duration, Instant};
 
     const PORT: u32 = 77;
@@ -1082,7 +1082,20 @@ pub fn pipeline(data: &[u8]) {
             "the pipeline does not come to rest"
         );
         let mut buf = Vec::new();
-        while pipe.has_room() && next < count {
+        // Filled in the pipeline, or staged apart and launched: numbered
+        // from where the pipeline is, or from elsewhere (then renumbered).
+        let mut staged = if u.ratio(1, 3).unwrap_or(false) {
+            let skew: u32 = if u.ratio(1, 4).unwrap_or(false) {
+                u.arbitrary().unwrap_or(1)
+            } else {
+                0
+            };
+            Some(Staged::new(pipe.next_seq().wrapping_add(skew), limits))
+        } else {
+            None
+        };
+        let first = next;
+        while next < count && staged.as_ref().map_or(pipe.has_room(), |s| s.has_room()) {
             let kind = kinds[u.int_in_range(0..=2usize).unwrap_or(2)];
             let len = 4 * u.int_in_range(0..=8usize).unwrap_or(0);
             let write = |out: &mut Vec<u8>, seq: u32, flags: u16| {
@@ -1094,7 +1107,11 @@ pub fn pipeline(data: &[u8]) {
                 out.resize(out.len() + 4 + len, 0);
                 Ok::<(), ()>(())
             };
-            match pipe.push(&mut buf, kind, next, write) {
+            let pushed = match staged.as_mut() {
+                Some(s) => s.push(&mut buf, kind, next, write),
+                None => pipe.push(&mut buf, kind, next, write),
+            };
+            match pushed {
                 Ok(Push::Added) => next += 1,
                 Ok(Push::Full(tag)) => {
                     assert_eq!(tag, next);
@@ -1103,7 +1120,25 @@ pub fn pipeline(data: &[u8]) {
                 Err(()) => unreachable!("the writer never fails"),
             }
         }
-        assert!(pipe.seal(&mut buf), "a datagram with requests must seal");
+        match staged {
+            Some(mut s) => {
+                assert!(s.seal(&mut buf), "a datagram with requests must seal");
+                let s = s.take().expect("sealed");
+                let from = pipe.next_seq();
+                assert!(
+                    pipe.launch(s, &mut buf).is_ok(),
+                    "an idle pipeline takes a sealed datagram"
+                );
+                let seqs: Vec<u32> = frame::frames(&buf)
+                    .map(|f| f.expect("well formed").header.seq)
+                    .collect();
+                let want: Vec<u32> = (0..next - first)
+                    .map(|i| from.wrapping_add(i as u32))
+                    .collect();
+                assert_eq!(seqs, want, "a launched datagram has the pipeline's numbers");
+            }
+            None => assert!(pipe.seal(&mut buf), "a datagram with requests must seal"),
+        }
         pipe.on_sent(now);
         let mut quiet_steps = 0;
         loop {
@@ -1160,8 +1195,12 @@ pub fn pipeline(data: &[u8]) {
                 }
             }
         }
-        while let Some((tag, _)) = pipe.poll_outcome() {
-            outcomes.push(tag);
+        if u.ratio(1, 2).unwrap_or(false) {
+            outcomes.extend(pipe.take_outcomes().map(|(tag, _)| tag));
+        } else {
+            while let Some((tag, _)) = pipe.poll_outcome() {
+                outcomes.push(tag);
+            }
         }
         if u.ratio(1, 4).unwrap_or(false) {
             // Started over between datagrams, numbering on, as the syncer's
