@@ -163,6 +163,9 @@ pub struct Plan {
     pub ops: Vec<Op>,
     /// What they do.
     pub counts: PlanCounts,
+    /// The adds of services the scope does not already include (claims),
+    /// when planned apart from `ops` for a syncer, which sends them first.
+    pub(crate) claims: Vec<Op>,
 }
 
 impl Plan {
@@ -200,10 +203,47 @@ pub fn plan(
     owned: &HashSet<ServiceKey>,
     options: PlanOptions,
 ) -> Plan {
+    plan_ordered(desired, observed, scope, owned, options, Order::Documented)
+}
+
+/// Where a plan puts the adds of services the scope does not include yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// In `ops`, each before its real servers ([`Plan`]'s documented order).
+    Documented,
+    /// In [`Plan::claims`], the rest of `ops` in the documented order: a
+    /// syncer sends the claims first, and would otherwise take them out of
+    /// `ops` (moving every operation after the first claim).
+    ClaimsApart,
+}
+
+/// [`plan()`] with the claims where `order` says.
+pub(crate) fn plan_ordered(
+    desired: &DesiredState,
+    observed: &Observed,
+    scope: &Scope,
+    owned: &HashSet<ServiceKey>,
+    options: PlanOptions,
+    order: Order,
+) -> Plan {
     let mut p = Plan::default();
+    if observed.is_empty() {
+        // Everything desired is added: room for it at once, instead of the
+        // list growing by doubling (each step copying it into fresh pages).
+        let services = desired.len();
+        let dests = desired.destination_count();
+        match order {
+            Order::Documented => p.ops.reserve(services + dests),
+            Order::ClaimsApart => {
+                p.claims.reserve(services);
+                p.ops.reserve(dests);
+            }
+        }
+    }
+    let claims = Claims::new(order, scope, owned);
     let mut observed_desired = 0;
     for ds in desired.services() {
-        observed_desired += usize::from(plan_service(&mut p, ds, observed, options));
+        observed_desired += usize::from(plan_service(&mut p, ds, observed, options, claims));
     }
     // When every observed service is desired (the usual resync), there is
     // nothing to delete and no need to look each one up again.
@@ -251,6 +291,28 @@ pub fn plan_services(
     owned: &HashSet<ServiceKey>,
     options: PlanOptions,
 ) -> Plan {
+    plan_services_ordered(
+        desired,
+        observed,
+        keys,
+        scope,
+        owned,
+        options,
+        Order::Documented,
+    )
+}
+
+/// [`plan_services`] with the claims where `order` says.
+pub(crate) fn plan_services_ordered(
+    desired: &DesiredState,
+    observed: &Observed,
+    keys: &[ServiceKey],
+    scope: &Scope,
+    owned: &HashSet<ServiceKey>,
+    options: PlanOptions,
+    order: Order,
+) -> Plan {
+    let claims = Claims::new(order, scope, owned);
     let mut p = Plan::default();
     // A few keys (one change, the usual case) are checked for repeats
     // against those before them, without a set to build and hash into.
@@ -267,7 +329,7 @@ pub fn plan_services(
         }
         match desired.get(key) {
             Some(ds) => {
-                plan_service(&mut p, ds, observed, options);
+                plan_service(&mut p, ds, observed, options, claims);
             }
             None if observed.contains(key) && scope.includes(key, owned) => gone.push(*key),
             None => {}
@@ -289,12 +351,18 @@ fn plan_service(
     ds: &DesiredService,
     observed: &Observed,
     options: PlanOptions,
+    claims: Claims<'_>,
 ) -> bool {
     let vs = ds.service();
     let key = vs.key;
     match observed.get(&key) {
         None => {
-            p.ops.push(Op::AddService(vs.clone()));
+            let add = Op::AddService(vs.clone());
+            if claims.includes(&key) {
+                p.claims.push(add);
+            } else {
+                p.ops.push(add);
+            }
             p.counts.services.added += 1;
             for rs in ds.destinations() {
                 p.ops.push(Op::AddDestination(key, *rs));
@@ -312,6 +380,22 @@ fn plan_service(
             diff_dests(p, key, ds.destinations(), os, options);
             true
         }
+    }
+}
+
+/// Which service adds go to [`Plan::claims`]: none in the documented order,
+/// else those of services `scope` does not include given `owned`.
+#[derive(Clone, Copy)]
+struct Claims<'a>(Option<(&'a Scope, &'a HashSet<ServiceKey>)>);
+
+impl<'a> Claims<'a> {
+    fn new(order: Order, scope: &'a Scope, owned: &'a HashSet<ServiceKey>) -> Self {
+        Claims((order == Order::ClaimsApart).then_some((scope, owned)))
+    }
+
+    fn includes(self, key: &ServiceKey) -> bool {
+        self.0
+            .is_some_and(|(scope, owned)| !scope.includes(key, owned))
     }
 }
 
@@ -398,5 +482,82 @@ fn remove_dest(p: &mut Plan, key: ServiceKey, h: &ObservedDest, options: PlanOpt
         // Weight 0 already, connections still open (or counts unknown until
         // the next read): leave it until a later sync finds it idle.
         p.counts.draining += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RealServer, VirtualServer};
+    use crate::sync::ObservedService;
+
+    fn key(i: u8) -> ServiceKey {
+        ServiceKey::tcp(format!("10.96.0.{i}:80").parse().unwrap())
+    }
+
+    fn rs(i: u8) -> RealServer {
+        RealServer::new(format!("10.244.0.{i}:8080").parse().unwrap())
+    }
+
+    /// Claims planned apart are the documented plan's claims, and the rest
+    /// is the documented plan without them, in its order.
+    #[test]
+    fn claims_apart_take_nothing_else_and_keep_the_order() {
+        let mut desired = DesiredState::new();
+        for i in 1..=5 {
+            desired
+                .insert(VirtualServer::new(key(i)), [rs(i), rs(i + 10)])
+                .unwrap();
+        }
+        let mut observed = Observed::new();
+        // Service 2 exists with one real server to delete; 6 is not desired.
+        let gone = ObservedDest {
+            server: rs(99),
+            conns: None,
+        };
+        observed.insert(ObservedService::new(VirtualServer::new(key(2)), [gone]));
+        observed.insert(ObservedService::new(VirtualServer::new(key(6)), []));
+        let owned: HashSet<ServiceKey> = [key(3), key(6)].into();
+        let scopes = [Scope::Owned, Scope::All, Scope::filter(|k| *k == key(4))];
+        for scope in scopes {
+            for observed in [&observed, &Observed::new()] {
+                let plan = |order| {
+                    plan_ordered(
+                        &desired,
+                        observed,
+                        &scope,
+                        &owned,
+                        PlanOptions::default(),
+                        order,
+                    )
+                };
+                let documented = plan(Order::Documented);
+                let apart = plan(Order::ClaimsApart);
+                assert!(documented.claims.is_empty());
+                assert_eq!(apart.counts, documented.counts);
+                let is_claim =
+                    |op: &Op| matches!(op, Op::AddService(vs) if !scope.includes(&vs.key, &owned));
+                let claims: Vec<Op> = documented
+                    .ops
+                    .iter()
+                    .filter(|o| is_claim(o))
+                    .cloned()
+                    .collect();
+                let rest: Vec<Op> = documented
+                    .ops
+                    .iter()
+                    .filter(|o| !is_claim(o))
+                    .cloned()
+                    .collect();
+                if matches!(scope, Scope::Owned) {
+                    // Every add but the owned service's (and the observed
+                    // one's, which is not added).
+                    let want = if observed.is_empty() { 4 } else { 3 };
+                    assert_eq!(claims.len(), want);
+                }
+                assert_eq!(apart.claims, claims);
+                assert_eq!(apart.ops, rest);
+            }
+        }
     }
 }

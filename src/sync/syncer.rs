@@ -5,7 +5,7 @@ use std::borrow::{Borrow, Cow};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::plan::{self, Counts, Plan, PlanCounts, PlanOptions, Scope};
+use super::plan::{self, Counts, Order, Plan, PlanCounts, PlanOptions, Scope};
 use super::read;
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
@@ -390,18 +390,24 @@ impl<H: Borrow<Handle>> Syncer<H> {
     pub fn plan(&mut self, desired: &DesiredState, verify: Verify) -> Result<Plan> {
         let mut report = SyncReport::default();
         self.observe(desired, verify, &mut report)?;
-        Ok(self.plan_without(desired, &report.conflicts))
+        Ok(self.plan_without(desired, &report.conflicts, Order::Documented))
     }
 
     /// The plan for `desired` minus the conflicting services.
-    fn plan_without(&self, desired: &DesiredState, conflicts: &[SyncConflict]) -> Plan {
+    fn plan_without(
+        &self,
+        desired: &DesiredState,
+        conflicts: &[SyncConflict],
+        order: Order,
+    ) -> Plan {
         let plan_of = |d: &DesiredState| {
-            plan::plan(
+            plan::plan_ordered(
                 d,
                 &self.memory,
                 &self.options.scope,
                 &self.owned,
                 self.options.plan,
+                order,
             )
         };
         if conflicts.is_empty() {
@@ -445,7 +451,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 self.owned.insert(key);
             }
         }
-        let plan = self.plan_without(desired, &report.conflicts);
+        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
         self.execute(desired, plan, report)
     }
 
@@ -528,13 +534,14 @@ impl<H: Borrow<Handle>> Syncer<H> {
                 .copied()
                 .collect()
         };
-        let plan = plan::plan_services(
+        let plan = plan::plan_services_ordered(
             desired,
             &self.memory,
             &mine,
             &self.options.scope,
             &self.owned,
             self.options.plan,
+            Order::ClaimsApart,
         );
         self.execute(desired, plan, report)
     }
@@ -552,14 +559,9 @@ impl<H: Borrow<Handle>> Syncer<H> {
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
-        // The claims are moved out of the plan's operations in place: a
-        // cold sync's plan holds every real server of the table (the room
-        // they leave is given back).
+        // Planned apart from the rest (`Order::ClaimsApart`).
+        let claims = std::mem::take(&mut plan.claims);
         let mut rest = std::mem::take(&mut plan.ops);
-        let claims: Vec<Op> = rest.extract_if(.., |op| self.claims(op)).collect();
-        if !claims.is_empty() {
-            rest.shrink_to_fit();
-        }
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
         if !claims.is_empty() {
