@@ -153,7 +153,7 @@ impl Writer {
                     let (mut next, mut ramp) = (0, RAMP_FROM);
                     while next < ops.len() {
                         let count = ramped(ramp, ops.len() - next, max_batch);
-                        ramp = ramp.saturating_mul(2);
+                        ramp = ramp.saturating_mul(RAMP_STEP);
                         let room = count.saturating_mul(ESTIMATED_OP_LEN).min(max_send);
                         let mut buf = spent_rx.try_recv().unwrap_or_default();
                         buf.clear();
@@ -225,18 +225,27 @@ const ESTIMATED_OP_LEN: usize = 128;
 const PIPELINE_FROM: usize = 4 * RAMP_FROM;
 /// The pipeline's first and smallest datagram, in requests.
 const RAMP_FROM: usize = 64;
+/// Each datagram of the ramp takes this many times the requests of the one
+/// before it.
+const RAMP_STEP: usize = 8;
 
-/// How many requests the pipeline's next datagram takes: `ramp` (doubling
-/// from [`RAMP_FROM`]) while it starts, never more than `max_batch` or what
-/// is left. Small datagrams at the start shorten the stages' serial part:
-/// the kernel starts after 64 requests are encoded instead of a full
-/// datagram's 2,730 (measured in the guest on a 1,000 x 10 cold apply: first
-/// `send` 1-2 ms after the start instead of 16-31 ms). The end is not ramped
-/// down: halving the last datagrams shortened the bookkeeping after the last
-/// answer (20-60 us instead of 190-280 us), but the extra datagrams cost
-/// more than that: without them a 1,000 x 10 cold sync took
-/// 1.28-1.30 times the raw replay instead of 1.34-1.40 (6.1 guest, 21
-/// alternating pairs, two rounds of each build).
+/// How many requests the pipeline's next datagram takes: `ramp` (growing
+/// from [`RAMP_FROM`] by [`RAMP_STEP`]) while it starts, never more than
+/// `max_batch` or what is left. Small datagrams at the start shorten the
+/// stages' serial part: the kernel starts after 64 requests are encoded
+/// instead of a full datagram's 2,730 (measured in the guest on a
+/// 1,000 x 10 cold apply: first `send` 1-2 ms after the start instead of
+/// 16-31 ms). But each datagram costs the kernel and the sending thread a
+/// round of their own, so the ramp is short: 64, 512, then full datagrams.
+/// The encoding thread fills the next datagram in far less time than the
+/// kernel takes for the current one, so a step of 8 never leaves the kernel
+/// waiting for long; a step of 2 cost more in datagrams than it saved (see
+/// docs/performance.md). The end is not ramped down: halving the last
+/// datagrams shortened the bookkeeping after the last answer (20-60 us
+/// instead of 190-280 us), but the extra datagrams cost more than that:
+/// without them a 1,000 x 10 cold sync took 1.28-1.30 times the raw replay
+/// instead of 1.34-1.40 (6.1 guest, 21 alternating pairs, two rounds of
+/// each build).
 fn ramped(ramp: usize, left: usize, max_batch: usize) -> usize {
     ramp.min(left).min(max_batch).max(1)
 }
