@@ -369,6 +369,40 @@ fn a_staged_datagram_is_renumbered_after_a_dump_asked_again() {
 }
 
 #[test]
+fn the_room_of_taken_outcomes_serves_a_later_datagram() {
+    let mut pipe = pipeline(1, 64);
+    let mut staged = Staged::new(1, limits(64));
+    staged.reserve(40);
+    let (first, mut bytes) = stage(&mut staged, &[Kind::Quiet; 40], 0);
+    pipe.launch(first, &mut bytes).expect("idle");
+    pipe.on_sent(Instant::now());
+    feed(&mut pipe, Instant::now(), &answer(40, 0));
+    let mut taken = pipe.take_outcomes();
+    // Partly used: the rest is dropped with the room handed back.
+    assert_eq!(taken.by_ref().take(3).count(), 3);
+    assert_eq!(taken.len(), 37);
+    staged.reuse(taken);
+    // The requests still work as before, numbered on.
+    let (second, mut bytes) = stage(&mut staged, &[Kind::Quiet; 2], 40);
+    assert_eq!(seqs_of(&bytes), [41, 42]);
+    pipe.launch(second, &mut bytes).expect("idle");
+    pipe.on_sent(Instant::now());
+    feed(&mut pipe, Instant::now(), &answer(42, 0));
+    let tags: Vec<usize> = pipe.take_outcomes().map(|(t, _)| t).collect();
+    assert_eq!(tags, [40, 41]);
+    // Not while a datagram is being filled: its requests stay.
+    let mut open = Staged::new(43, limits(64));
+    let mut buf = Vec::new();
+    let msg = request::flush();
+    let pushed = open.push(&mut buf, Kind::Quiet, 7, |out, seq, flags| {
+        frame::encode_request(out, &msg, FAMILY, seq, flags).map(drop)
+    });
+    assert!(matches!(pushed, Ok(Push::Added)));
+    open.reuse(pipe.take_outcomes());
+    assert_eq!(open.len(), 1);
+}
+
+#[test]
 fn launch_refuses_what_is_not_a_sealed_datagram() {
     let mut pipe = pipeline(1, 64);
     let mut bytes = Vec::new();

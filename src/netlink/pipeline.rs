@@ -347,6 +347,19 @@ impl<T, D> Staged<T, D> {
         true
     }
 
+    /// Takes over the room of outcomes already taken (any left in them are
+    /// dropped) for the bookkeeping of the requests still to come, when it
+    /// has more than this datagram's own: a writer that fills datagrams on
+    /// one thread and takes their outcomes on another hands the room back
+    /// instead of allocating it for every datagram.
+    pub fn reuse(&mut self, spent: Outcomes<T, D>) {
+        let mut room = spent.0;
+        if self.requests.is_empty() && room.capacity() > self.requests.capacity() {
+            room.clear();
+            self.requests = room;
+        }
+    }
+
     /// Takes the sealed datagram out, for [`Pipeline::launch`], and leaves
     /// this one empty to fill the next datagram, numbering on. `None` when
     /// nothing was sealed.

@@ -148,6 +148,7 @@ impl Writer {
                 let (staged_tx, staged_rx) = mpsc::sync_channel::<(Staged<usize, ()>, Vec<u8>)>(1);
                 let (spent_tx, spent_rx) = mpsc::sync_channel::<Vec<u8>>(2);
                 let (outcomes_tx, outcomes_rx) = mpsc::sync_channel::<Outcomes<usize, ()>>(1);
+                let (booked_tx, booked_rx) = mpsc::sync_channel::<Outcomes<usize, ()>>(2);
                 scope.spawn(move || {
                     let mut staged = Staged::new(first_seq, limits);
                     let (mut next, mut ramp) = (0, RAMP_FROM);
@@ -155,9 +156,15 @@ impl Writer {
                         let count = ramped(ramp, ops.len() - next, max_batch);
                         ramp = ramp.saturating_mul(RAMP_STEP);
                         let room = count.saturating_mul(ESTIMATED_OP_LEN).min(max_send);
+                        // The buffers and the bookkeeping room of datagrams
+                        // done with come back: nothing of this size is
+                        // allocated or given back for each datagram.
                         let mut buf = spent_rx.try_recv().unwrap_or_default();
                         buf.clear();
                         buf.reserve(room);
+                        if let Ok(booked) = booked_rx.try_recv() {
+                            staged.reuse(booked);
+                        }
                         staged.reserve(count);
                         next = stage(&mut staged, &mut buf, ops, next, count, family);
                         let Some(datagram) = staged.seal(&mut buf).then(|| staged.take()).flatten()
@@ -189,10 +196,12 @@ impl Writer {
                     }
                     Ok(())
                 });
-                for outcomes in outcomes_rx {
-                    for (index, reply) in outcomes {
+                for mut outcomes in outcomes_rx {
+                    for (index, reply) in outcomes.by_ref() {
                         report_one(ops, index, reply, &mut on_result);
                     }
+                    // Kept for a later datagram when the encoder wants it.
+                    let _ = booked_tx.try_send(outcomes);
                 }
                 match sender.join() {
                     Ok(r) => r,

@@ -1075,6 +1075,7 @@ pub fn pipeline(data: &[u8]) {
         }
     };
     let mut steps = 0usize;
+    let mut spare = None;
     while next < count {
         steps += 1;
         assert!(
@@ -1090,7 +1091,11 @@ pub fn pipeline(data: &[u8]) {
             } else {
                 0
             };
-            Some(Staged::new(pipe.next_seq().wrapping_add(skew), limits))
+            let mut s = Staged::new(pipe.next_seq().wrapping_add(skew), limits);
+            if let Some(room) = spare.take() {
+                s.reuse(room);
+            }
+            Some(s)
         } else {
             None
         };
@@ -1196,7 +1201,10 @@ pub fn pipeline(data: &[u8]) {
             }
         }
         if u.ratio(1, 2).unwrap_or(false) {
-            outcomes.extend(pipe.take_outcomes().map(|(tag, _)| tag));
+            // Taken at once, their room kept for a later staged datagram.
+            let mut taken = pipe.take_outcomes();
+            outcomes.extend(taken.by_ref().map(|(tag, _)| tag));
+            spare = Some(taken);
         } else {
             while let Some((tag, _)) = pipe.poll_outcome() {
                 outcomes.push(tag);
