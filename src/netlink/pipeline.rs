@@ -582,13 +582,9 @@ impl<T, D> Pipeline<T, D> {
         self.state == State::Filling && self.fill.has_room()
     }
 
-    /// Writes one request into `buf` (the datagram being filled, which the
-    /// caller empties before its first push) with `write(buf, seq, flags)`,
-    /// which appends exactly one netlink message. A request that does not
-    /// fit beside the ones already there is taken back out and its tag
-    /// returned ([`Push::Full`]); the first request of a datagram is always
-    /// taken. An error of `write` is returned as is, with the buffer as it
-    /// was and nothing spent.
+    /// [`Staged::push`] into the datagram being filled (`buf`, which the
+    /// caller empties before its first push); [`Push::Full`] while a
+    /// datagram is in flight.
     pub fn push<E>(
         &mut self,
         buf: &mut Vec<u8>,
@@ -608,9 +604,8 @@ impl<T, D> Pipeline<T, D> {
         (self.state == State::Filling).then_some(&mut self.fill)
     }
 
-    /// [`Pipeline::push`] for a request encoded beforehand (with any
-    /// sequence number and flags): it is copied into `buf` and given its
-    /// sequence number and its kind's flags there.
+    /// [`Staged::push_encoded`] into the datagram being filled;
+    /// [`Push::Full`] while a datagram is in flight.
     pub fn push_encoded(
         &mut self,
         buf: &mut Vec<u8>,
