@@ -212,7 +212,20 @@ impl Writer {
         };
         self.seq = next_seq.wrapping_sub(1);
         self.sock.count_foreign(foreign);
-        result.map(|()| ops.len())
+        // Each request takes one number: fewer spent than operations would
+        // be operations never sent nor reported, which must not pass for a
+        // finished send.
+        let sent = next_seq.wrapping_sub(first_seq) as usize;
+        result.and_then(|()| {
+            if sent == ops.len() {
+                Ok(sent)
+            } else {
+                Err(io::Error::other(format!(
+                    "the writer stopped after {sent} of {} requests",
+                    ops.len()
+                )))
+            }
+        })
     }
 }
 
