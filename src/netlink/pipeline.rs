@@ -389,18 +389,19 @@ impl<T, D> Staged<T, D> {
         let mut at = 0;
         let mut seq = first_seq;
         for _ in 0..count {
-            let Some(len) = buf.get(at..at + 4) else {
+            let Some(header) = buf
+                .get_mut(at..)
+                .and_then(|rest| rest.get_mut(..frame::NLMSG_HDRLEN))
+            else {
                 break;
             };
-            let len = u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
             if len < frame::NLMSG_HDRLEN {
                 break;
             }
-            if let Some(s) = buf.get_mut(at + 8..at + 12) {
-                s.copy_from_slice(&seq.to_ne_bytes());
-            }
+            header[8..12].copy_from_slice(&seq.to_ne_bytes());
             seq = seq.wrapping_add(1);
-            at = at.saturating_add((len + 3) & !3);
+            at = at.saturating_add(len.saturating_add(3) & !3);
         }
         // The pipeline counts on the numbers `first_seq..` in order, one
         // per request, whatever the walk found.
