@@ -310,28 +310,6 @@ impl<T, D> Staged<T, D> {
         Ok(Push::Added)
     }
 
-    /// [`Staged::push`] for a request encoded beforehand (with any sequence
-    /// number and flags): it is copied into `buf` and given its sequence
-    /// number and its kind's flags there.
-    pub fn push_encoded(
-        &mut self,
-        buf: &mut Vec<u8>,
-        kind: Kind,
-        tag: T,
-        request: &[u8],
-    ) -> Push<T> {
-        let copy = |out: &mut Vec<u8>, seq: u32, flags: u16| {
-            let at = out.len();
-            out.extend_from_slice(request);
-            set_header(&mut out[at..], seq, flags);
-            Ok::<(), std::convert::Infallible>(())
-        };
-        match self.push(buf, kind, tag, copy) {
-            Ok(p) => p,
-            Err(never) => match never {},
-        }
-    }
-
     /// Closes the datagram in `buf` (a quiet last request asks for an ACK)
     /// and returns whether it holds anything to send. Nothing more joins it.
     pub fn seal(&mut self, buf: &mut [u8]) -> bool {
@@ -364,6 +342,12 @@ impl<T, D> Staged<T, D> {
     /// this one empty to fill the next datagram, numbering on. `None` when
     /// nothing was sealed.
     pub fn take(&mut self) -> Option<Staged<T, D>> {
+        self.take_with(VecDeque::new())
+    }
+
+    /// [`Staged::take`], leaving `room` (empty) for the next datagram's
+    /// requests.
+    fn take_with(&mut self, room: VecDeque<Pending<T, D>>) -> Option<Staged<T, D>> {
         if !self.sealed {
             return None;
         }
@@ -372,7 +356,7 @@ impl<T, D> Staged<T, D> {
             limits: self.limits,
             next_seq: self.next_seq,
             first_seq: self.first_seq,
-            requests: std::mem::take(&mut self.requests),
+            requests: std::mem::replace(&mut self.requests, room),
             last_at: std::mem::take(&mut self.last_at),
             dump_request: self.dump_request.take(),
             sealed: true,
@@ -605,8 +589,9 @@ impl<T, D> Pipeline<T, D> {
         (self.state == State::Filling).then_some(&mut self.fill)
     }
 
-    /// [`Staged::push_encoded`] into the datagram being filled;
-    /// [`Push::Full`] while a datagram is in flight.
+    /// [`Pipeline::push`] for a request encoded beforehand (with any
+    /// sequence number and flags): it is copied into `buf` and given its
+    /// sequence number and its kind's flags there.
     pub fn push_encoded(
         &mut self,
         buf: &mut Vec<u8>,
@@ -614,10 +599,16 @@ impl<T, D> Pipeline<T, D> {
         tag: T,
         request: &[u8],
     ) -> Push<T> {
-        if self.state != State::Filling {
-            return Push::Full(tag);
+        let copy = |out: &mut Vec<u8>, seq: u32, flags: u16| {
+            let at = out.len();
+            out.extend_from_slice(request);
+            set_header(&mut out[at..], seq, flags);
+            Ok::<(), std::convert::Infallible>(())
+        };
+        match self.push(buf, kind, tag, copy) {
+            Ok(p) => p,
+            Err(never) => match never {},
         }
-        self.fill.push_encoded(buf, kind, tag, request)
     }
 
     /// Closes the datagram in `buf` (a quiet last request asks for an ACK)
@@ -627,14 +618,16 @@ impl<T, D> Pipeline<T, D> {
         if self.state != State::Filling || !self.fill.seal(buf) {
             return false;
         }
-        self.fill.sealed = false;
-        let first_seq = self.fill.first_seq;
-        self.fill.first_seq = self.fill.next_seq;
-        self.fill.last_at = 0;
-        let dump_request = self.fill.dump_request.take();
-        std::mem::swap(&mut self.pending, &mut self.fill.requests);
-        self.fly(first_seq, dump_request);
-        true
+        // The queue of the datagram in flight is empty now; its room serves
+        // the next datagram filled here.
+        let room = std::mem::take(&mut self.pending);
+        match self.fill.take_with(room) {
+            Some(sealed) => {
+                self.fly(sealed);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Puts a datagram filled apart ([`Staged`], sealed and taken) in flight
@@ -655,17 +648,17 @@ impl<T, D> Pipeline<T, D> {
         if staged.first_seq != self.fill.next_seq {
             staged.renumber(buf, self.fill.next_seq);
         }
-        self.fill.next_seq = staged.next_seq;
-        self.fill.first_seq = staged.next_seq;
-        std::mem::swap(&mut self.pending, &mut staged.requests);
-        self.fly(staged.first_seq, staged.dump_request.take());
+        self.fly(staged);
         Ok(())
     }
 
-    /// The datagram now in `pending` is in flight.
-    fn fly(&mut self, first_seq: u32, dump_request: Option<Vec<u8>>) {
-        self.first_seq = first_seq;
-        self.dump_request = dump_request;
+    /// Puts a sealed datagram in flight; the pipeline numbers on after it.
+    fn fly(&mut self, mut sealed: Staged<T, D>) {
+        self.fill.next_seq = sealed.next_seq;
+        self.fill.first_seq = sealed.next_seq;
+        std::mem::swap(&mut self.pending, &mut sealed.requests);
+        self.first_seq = sealed.first_seq;
+        self.dump_request = sealed.dump_request.take();
         self.open = self.pending.len();
         self.state = State::Answering;
     }
