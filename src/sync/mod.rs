@@ -61,12 +61,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod ledger;
 mod plan;
 mod read;
 mod state;
 mod syncer;
 mod wire;
 
+pub use ledger::{ConflictReason, Ledger, LedgerStore, Ownership};
 pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};
 pub use state::{
     DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
