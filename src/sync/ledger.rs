@@ -264,6 +264,21 @@ impl Ledger {
         self.insert_releasing(vs.clone());
     }
 
+    /// Takes back a claim or release recorded ahead of writes that were not
+    /// sent: a claimed key leaves the ledger, a released one stays owned.
+    pub(crate) fn withdraw(&mut self, key: &ServiceKey) {
+        match self.pending.get(key) {
+            Some(Pending::Claiming(_)) => {
+                self.remove(key);
+            }
+            Some(Pending::Releasing(_)) => {
+                self.pending.remove(key);
+                self.unsaved.push(*key);
+            }
+            None => {}
+        }
+    }
+
     /// Settles a claimed add by its answer.
     pub(crate) fn settle_claim(
         &mut self,
@@ -340,11 +355,6 @@ impl Ledger {
                 Resolved::NotMine(reason)
             }
         }
-    }
-
-    /// Whether some entry changed since the store last saved the ledger.
-    pub(crate) fn has_unsaved(&self) -> bool {
-        !self.unsaved.is_empty()
     }
 
     /// Hands the ledger to `store` with the keys changed since its last
@@ -427,7 +437,7 @@ mod tests {
         l.claim(&vs(2));
         l.claim(&vs(3));
         assert_eq!(l.resolve(&vs(1).key, Some(&vs(1))), Resolved::Mine);
-        let other = vs(2).with_scheduler(Scheduler::from_name("wlc"));
+        let other = vs(2).with_scheduler(Scheduler::from_name("sh"));
         assert_eq!(
             l.resolve(&vs(2).key, Some(&other)),
             Resolved::NotMine(ConflictReason::ClaimedWithOtherSettings { claimed: vs(2) })

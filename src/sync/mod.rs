@@ -61,7 +61,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod kernel;
 mod ledger;
+#[cfg(test)]
+mod ownership_tests;
 mod plan;
 mod read;
 mod state;

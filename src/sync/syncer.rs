@@ -1,16 +1,18 @@
 //! The executor: observe (read or remember), plan, apply pipelined, remember
 //! what the kernel acknowledged, self-heal.
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::fmt;
 use std::sync::Arc;
 
+use super::kernel::{HandleKernel, Kernel};
+use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
 use super::plan::{self, Counts, Order, Plan, PlanCounts, PlanOptions, Scope};
-use super::read;
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::model::{ServiceKey, VirtualServer};
-use crate::{BatchMode, BatchReport, Error, Handle, Op, Operation, Result};
+use crate::{BatchMode, Error, Handle, Op, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,10 +161,11 @@ pub struct SyncFailure {
 }
 
 /// A desired service that was left alone because a service with the same
-/// key already existed in the kernel and this syncer does not own it (it did
-/// not create it, was not told to [`Syncer::adopt`] it, and the scope does
-/// not claim it).
+/// key exists in the kernel and is not this syncer's: its [`Ledger`] has no
+/// record of making it (or its record shows another tool made it), it was
+/// not [adopted](Syncer::adopt), and the scope does not claim it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SyncConflict {
     /// The key.
     pub key: ServiceKey,
@@ -170,6 +173,8 @@ pub struct SyncConflict {
     /// read back after the kernel refused to create it, e.g. because it was
     /// deleted again meanwhile).
     pub found: Option<VirtualServer>,
+    /// How the syncer knows it is not its own.
+    pub reason: ConflictReason,
 }
 
 /// What a sync did.
@@ -193,8 +198,8 @@ pub struct SyncReport {
     /// Read requests sent (dumps and lookups).
     pub reads_sent: usize,
     /// Operations that failed, with their typed errors (after self-healing).
-    /// Real-server operations of a service whose creation failed fail too
-    /// (the kernel answers "no such service") and are listed here.
+    /// A service add that failed, or whose outcome is unknown, is here; its
+    /// real servers were not sent (see [`SyncReport::withheld`]).
     pub failed: Vec<SyncFailure>,
     /// First-pass failures the kernel's disagreement explains (the object
     /// existed, was missing, or its answer was lost): the syncer re-read those
@@ -205,6 +210,11 @@ pub struct SyncReport {
     /// (see [`SyncConflict`]): not changed, their real servers untouched, and
     /// never deleted by this syncer. [`Syncer::adopt`] takes them over.
     pub conflicts: Vec<SyncConflict>,
+    /// Real-server operations not sent because their service's add was not
+    /// acknowledged (refused, or its outcome unknown): they could otherwise
+    /// land on a service someone else made. The next sync plans them again
+    /// once the service is known to be this syncer's.
+    pub withheld: usize,
     /// The first socket failure, if a write socket could not be opened
     /// ([`Operation::OpenSyncSocket`]) or failed during a batch
     /// ([`Operation::SyncWrite`]): the operations not answered before it have
@@ -212,14 +222,23 @@ pub struct SyncReport {
     /// sync stopped writing. The syncer then forgets what it remembered and
     /// reads everything on the next sync.
     pub aborted: Option<Error>,
+    /// Errors after the sync had started writing, which therefore did not
+    /// make it return `Err`: a re-read for self-healing that failed (those
+    /// services are read again on the next sync), or a save of the ledger
+    /// after the writes ([`Operation::SaveLedger`]; the unsaved changes are
+    /// handed to the store again with its next save).
+    pub after_writes: Vec<Error>,
 }
 
 impl SyncReport {
     /// Whether the kernel now matches the desired state: nothing failed, no
-    /// socket failure cut the sync short and no desired service was left
-    /// alone as a [`SyncConflict`].
+    /// socket failure cut the sync short, no desired service was left
+    /// alone as a [`SyncConflict`], and nothing failed after the writes.
     pub fn is_ok(&self) -> bool {
-        self.failed.is_empty() && self.aborted.is_none() && self.conflicts.is_empty()
+        self.failed.is_empty()
+            && self.aborted.is_none()
+            && self.conflicts.is_empty()
+            && self.after_writes.is_empty()
     }
 
     /// The failures that are not consequences of another one (a real-server
@@ -263,8 +282,9 @@ impl SyncReport {
 ///
 /// # Ownership
 ///
-/// A syncer owns the services it created (the kernel acknowledged its add)
-/// and those it was told to [`Syncer::adopt`]. With the default
+/// IPVS records no owner with a service, so a syncer keeps its own record:
+/// its [`Ledger`]. It owns the services it created (the kernel acknowledged
+/// its add) and those it was told to [`Syncer::adopt`]. With the default
 /// [`Scope::Owned`] it changes and deletes only those: a desired service
 /// whose key already exists in the kernel, made by keepalived, Docker,
 /// ipvsadm or another syncer, is a [`SyncConflict`] in
@@ -272,13 +292,51 @@ impl SyncReport {
 /// too), now and when it leaves the desired state. The syncer finds such a
 /// service in its read of the kernel, or, when it trusts its memory
 /// ([`Verify::None`]), by the kernel refusing its add: new services are
-/// therefore added in a first round of requests and their real servers sent
-/// only once the adds are acknowledged. [`Scope::Filter`] and [`Scope::All`]
-/// claim the services they include, existing or not.
+/// therefore added in a first round of requests, and their real servers are
+/// sent only once the adds are acknowledged. An add refused for another
+/// reason, or whose answer never came (a timeout, a lost or undecodable
+/// answer, a failed socket), gets no real servers in that sync
+/// ([`SyncReport::withheld`]); the next sync reads the service and settles it.
 ///
-/// A restarted agent is a new syncer and owns nothing: the services its
-/// previous run created are conflicts until it adopts them, from a list it
-/// kept (the library does not guess which services were its own).
+/// When the kernel shows an owned service gone (deleted by `ipvsadm -C`, an
+/// operator, another tool), the key leaves the ledger: if another tool
+/// creates that key later, it is theirs. A desired service that went is
+/// created again through the same first round, as any new service.
+/// [`Scope::Filter`] and [`Scope::All`] claim the services they include,
+/// existing or not.
+///
+/// # Surviving a restart
+///
+/// Give the syncer a [`LedgerStore`] ([`Syncer::with_ledger`]; a
+/// [`FileLedger`](super::FileLedger), or your own) and it writes its ledger
+/// ahead of the kernel: before it sends any add, it saves the services it is
+/// about to create as *claiming*, with the settings it creates them with;
+/// before it deletes an owned service, it saves it as *releasing*, with the
+/// settings it has; once the answers are in, it saves what they settled. A
+/// write that creates or deletes a service is never sent before the save
+/// ahead of it returned `Ok` (if it fails, the sync returns `Err` and writes
+/// nothing).
+///
+/// A restarted agent passes the saved ledger back to
+/// [`Syncer::with_ledger`]. Its first sync reads the kernel and settles
+/// every claiming or releasing key: a service there with exactly the
+/// recorded settings is its own; no service, nothing to own; a service with
+/// other settings was made by another tool and is a conflict with
+/// [`ConflictReason::ClaimedWithOtherSettings`] (or
+/// [`ConflictReason::ReleasedWithOtherSettings`]), never touched. So an
+/// agent killed anywhere in a sync owns, after its restart, every service it
+/// made, and nothing else.
+///
+/// One case cannot be told apart: another tool creating a service with the
+/// same key *and the very same settings* while the ledger records it as
+/// claiming (between the save ahead of the add and the save after its
+/// answer) and the syncer stopping before that second save. The restarted
+/// syncer then takes that service for its own, as it would its own; nothing
+/// in the kernel distinguishes them.
+///
+/// Without a store the ledger lives in memory only: a restarted syncer owns
+/// nothing, and the services its previous run created are conflicts until
+/// it adopts them.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -295,22 +353,27 @@ impl SyncReport {
 /// assert!(report.is_ok(), "{report:?}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct Syncer<H: Borrow<Handle> = Arc<Handle>> {
     handle: H,
-    options: SyncOptions,
-    /// The managed services as last read or acknowledged.
-    memory: Observed,
-    /// Whether `memory` covers every managed service (set by a read).
-    known: bool,
-    /// Services whose kernel state is unknown: read before the next plan.
-    stale: HashSet<ServiceKey>,
-    /// Services this syncer created or adopted (and did not delete since).
-    owned: HashSet<ServiceKey>,
     /// Extra sockets for parallel reads.
     readers: Vec<Handle>,
     /// The write socket (opened on first use).
     writer: Option<Writer>,
+    core: Core,
+}
+
+impl<H: Borrow<Handle> + fmt::Debug> fmt::Debug for Syncer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Syncer")
+            .field("handle", &self.handle)
+            .field("options", &self.core.options)
+            .field("memory", &self.core.memory)
+            .field("known", &self.core.known)
+            .field("stale", &self.core.stale)
+            .field("ledger", &self.core.ledger)
+            .field("store", &self.core.store.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<H: Borrow<Handle>> Syncer<H> {
@@ -324,14 +387,35 @@ impl<H: Borrow<Handle>> Syncer<H> {
     pub fn with_options(handle: H, options: SyncOptions) -> Self {
         Syncer {
             handle,
-            options,
-            memory: Observed::new(),
-            known: false,
-            stale: HashSet::new(),
-            owned: HashSet::new(),
             readers: Vec::new(),
             writer: None,
+            core: Core::new(options),
         }
+    }
+
+    /// Resumes from `ledger` (what a previous run saved; [`Ledger::new`] for
+    /// a first start) and saves every change of it through `store`, ahead
+    /// of the writes it concerns (see [Surviving a
+    /// restart](Syncer#surviving-a-restart)). The next sync reads the kernel
+    /// fully and settles every claim and release the ledger holds.
+    ///
+    /// ```no_run
+    /// use ipvsctl::Handle;
+    /// use ipvsctl::model::ServiceKey;
+    /// use ipvsctl::sync::{Ledger, Syncer};
+    /// # fn load() -> Ledger { Ledger::new() }
+    /// # fn write_durably(_: &Ledger) -> std::io::Result<()> { Ok(()) }
+    /// // The ledger a previous run saved (or a new one on a first start).
+    /// let ledger: Ledger = load();
+    /// let store = |ledger: &Ledger, _changed: &[ServiceKey]| write_durably(ledger);
+    /// let syncer = Syncer::new(Handle::new()?).with_ledger(ledger, store);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_ledger(mut self, ledger: Ledger, store: impl LedgerStore + 'static) -> Self {
+        self.core.ledger = ledger;
+        self.core.store = Some(Box::new(store));
+        self.core.forget();
+        self
     }
 
     /// The handle.
@@ -341,46 +425,52 @@ impl<H: Borrow<Handle>> Syncer<H> {
 
     /// The options.
     pub fn options(&self) -> &SyncOptions {
-        &self.options
+        &self.core.options
     }
 
     /// The options, to change between syncs.
     pub fn options_mut(&mut self) -> &mut SyncOptions {
-        &mut self.options
+        &mut self.core.options
     }
 
     /// What the syncer remembers of the managed services.
     pub fn memory(&self) -> &Observed {
-        &self.memory
+        &self.core.memory
+    }
+
+    /// The ownership ledger: what the syncer owns, and what it is about to
+    /// create or delete.
+    pub fn ledger(&self) -> &Ledger {
+        &self.core.ledger
     }
 
     /// The services the syncer owns: created by it (or adopted, or claimed
-    /// by its scope while desired) and not deleted since.
+    /// by its scope while desired), not deleted since and not seen gone.
     pub fn owned(&self) -> &HashSet<ServiceKey> {
-        &self.owned
+        self.core.ledger.owned()
     }
 
     /// Takes services over: they are owned from now on, so a sync changes
     /// them to the desired state (replacing their real servers) and, with
     /// [`Scope::Owned`], deletes them once they are not desired, even though
-    /// this syncer did not create them. For the keys a previous run of the
-    /// same agent created (kept by the agent across restarts), or a
-    /// [`SyncConflict`] the caller decides is its own. The next sync reads
-    /// the kernel.
+    /// this syncer did not create them. For a [`SyncConflict`] the caller
+    /// decides is its own. The next sync reads the kernel (and saves the
+    /// ledger, with a store).
     pub fn adopt(&mut self, keys: impl IntoIterator<Item = ServiceKey>) {
-        let before = self.owned.len();
-        self.owned.extend(keys);
-        if self.owned.len() != before {
+        let before = self.core.ledger.owned().len();
+        for key in keys {
+            self.core.ledger.insert_owned(key);
+        }
+        if self.core.ledger.owned().len() != before {
             // Adopted services are not in memory yet.
-            self.known = false;
+            self.core.known = false;
         }
     }
 
     /// Forgets everything remembered: the next sync reads the kernel fully.
+    /// The ledger is kept.
     pub fn forget(&mut self) {
-        self.memory = Observed::new();
-        self.known = false;
-        self.stale.clear();
+        self.core.forget();
     }
 
     /// Computes the plan a sync would apply, reading the kernel as `verify`
@@ -388,84 +478,41 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// Desired services found to belong to someone else (see
     /// [`SyncConflict`]) are left out of the plan.
     pub fn plan(&mut self, desired: &DesiredState, verify: Verify) -> Result<Plan> {
+        let (core, mut kernel) = self.parts();
         let mut report = SyncReport::default();
-        self.observe(desired, verify, &mut report)?;
-        Ok(self.plan_without(desired, &report.conflicts, Order::Documented))
-    }
-
-    /// The plan for `desired` minus the conflicting services.
-    fn plan_without(
-        &self,
-        desired: &DesiredState,
-        conflicts: &[SyncConflict],
-        order: Order,
-    ) -> Plan {
-        let plan_of = |d: &DesiredState| {
-            plan::plan_ordered(
-                d,
-                &self.memory,
-                &self.options.scope,
-                &self.owned,
-                self.options.plan,
-                order,
-            )
-        };
-        if conflicts.is_empty() {
-            return plan_of(desired);
-        }
-        let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
-        let mut mine = DesiredState::with_capacity(desired.services().len());
-        for ds in desired.services() {
-            if !foreign.contains(&ds.service().key) {
-                // Already validated once: inserting again cannot fail.
-                let _ = mine.insert(ds.service().clone(), ds.destinations().iter().copied());
-            }
-        }
-        plan_of(&mine)
-    }
-
-    /// Whether `op` creates a service this syncer would not own if it
-    /// existed already: such adds go first, alone, so that a refusal
-    /// (someone else's service) stops its real servers from being sent.
-    fn claims(&self, op: &Op) -> bool {
-        matches!(op, Op::AddService(vs) if !self.options.scope.includes(&vs.key, &self.owned))
+        core.observe(&mut kernel, desired, verify, &mut report)?;
+        Ok(core.plan_without(desired, &report.conflicts, Order::Documented))
     }
 
     /// Makes the managed services equal to `desired`.
     ///
-    /// `Err` only when reading the kernel fails (nothing was written then);
-    /// failed write operations are in [`SyncReport::failed`], a failed write
-    /// socket in [`SyncReport::aborted`], and everything else was applied.
-    /// Running the sync again converges.
+    /// `Err` only before anything was written: reading the kernel failed, or
+    /// the save of the ledger ahead of the writes failed
+    /// ([`Operation::SaveLedger`]). Once a write went out the sync returns
+    /// its report: failed write operations are in [`SyncReport::failed`], a
+    /// failed write socket in [`SyncReport::aborted`], a failed re-read or
+    /// save after the writes in [`SyncReport::after_writes`], and everything
+    /// else was applied. Running the sync again converges.
     ///
     /// Desired services that exist but are not this syncer's are left alone
     /// and listed in [`SyncReport::conflicts`] (see [Ownership](Syncer#ownership)).
     pub fn sync(&mut self, desired: &DesiredState, verify: Verify) -> Result<SyncReport> {
-        let mut report = SyncReport::default();
-        self.observe(desired, verify, &mut report)?;
-        // Desired services in memory are managed: owned already, or claimed
-        // by the scope.
-        for ds in desired.services() {
-            let key = ds.service().key;
-            if !self.owned.contains(&key) && self.memory.contains(&key) {
-                self.owned.insert(key);
-            }
-        }
-        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
-        self.execute(desired, plan, report)
+        let (core, mut kernel) = self.parts();
+        core.sync(&mut kernel, desired, verify)
     }
 
     /// Makes the services `desired` records as changed
     /// ([`DesiredState::changes`]) equal to their desired entries (a removed
     /// one is deleted), in time proportional to them, not to the table, and
     /// takes the record. The record is left in place when the sync fails
-    /// with `Err` (then nothing was written, or its outcome is unknown), so
-    /// the next call syncs those services again.
+    /// with `Err` (then nothing was written), so the next call syncs those
+    /// services again.
     ///
     /// Everything [`Syncer::sync`] guarantees holds for the changed
     /// services: the scope and [ownership](Syncer#ownership) (a same-key
-    /// service that is not this syncer's is a [`SyncConflict`]), graceful
-    /// termination, pipelined writes, self-healing and the [`SyncReport`].
+    /// service that is not this syncer's is a [`SyncConflict`]), the ledger
+    /// written ahead, graceful termination, pipelined writes, self-healing,
+    /// `Err` only before the first write, and the [`SyncReport`].
     /// `verify` applies to the changed services only: [`Verify::None`]
     /// trusts memory (services whose state became unknown are still looked
     /// up), [`Verify::Services`] looks each changed service up
@@ -502,7 +549,8 @@ impl<H: Borrow<Handle>> Syncer<H> {
         verify: Verify,
     ) -> Result<SyncReport> {
         let keys = desired.take_changes();
-        let result = self.sync_services(desired, &keys, verify);
+        let (core, mut kernel) = self.parts();
+        let result = core.sync_services(&mut kernel, desired, &keys, verify);
         if result.is_err() {
             for key in keys {
                 desired.record(key);
@@ -511,111 +559,667 @@ impl<H: Borrow<Handle>> Syncer<H> {
         result
     }
 
-    /// [`Syncer::sync`] restricted to the services `keys`.
-    fn sync_services(
+    /// The syncer's state and the kernel behind its handle, apart.
+    fn parts(&mut self) -> (&mut Core, HandleKernel<'_, H>) {
+        (
+            &mut self.core,
+            HandleKernel {
+                handle: &self.handle,
+                readers: &mut self.readers,
+                writer: &mut self.writer,
+            },
+        )
+    }
+}
+
+/// A syncer's state and logic, apart from the kernel it reads and writes
+/// (any [`Kernel`]).
+pub(crate) struct Core {
+    pub(crate) options: SyncOptions,
+    /// The managed services as last read or acknowledged.
+    pub(crate) memory: Observed,
+    /// Whether `memory` covers every managed service (set by a read).
+    known: bool,
+    /// Services whose kernel state is unknown: read before the next plan.
+    stale: HashSet<ServiceKey>,
+    /// What the syncer owns, claims and releases.
+    pub(crate) ledger: Ledger,
+    /// Where the ledger is saved ahead of the writes.
+    store: Option<Box<dyn LedgerStore>>,
+}
+
+/// Whether a batch is the first pass of a sync or the retry of what the
+/// kernel contradicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    First,
+    Retry,
+}
+
+impl Core {
+    pub(crate) fn new(options: SyncOptions) -> Self {
+        Core {
+            options,
+            memory: Observed::new(),
+            known: false,
+            stale: HashSet::new(),
+            ledger: Ledger::new(),
+            store: None,
+        }
+    }
+
+    /// Sets the store the ledger is saved to.
+    #[cfg(test)]
+    pub(crate) fn set_store(&mut self, ledger: Ledger, store: impl LedgerStore + 'static) {
+        self.ledger = ledger;
+        self.store = Some(Box::new(store));
+        self.forget();
+    }
+
+    fn forget(&mut self) {
+        self.memory = Observed::new();
+        self.known = false;
+        self.stale.clear();
+    }
+
+    /// See [`Syncer::sync`].
+    pub(crate) fn sync(
         &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        verify: Verify,
+    ) -> Result<SyncReport> {
+        let mut report = SyncReport::default();
+        self.observe(kernel, desired, verify, &mut report)?;
+        self.own_managed(
+            desired,
+            desired.services().iter().map(|ds| ds.service().key),
+        );
+        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
+        self.execute(kernel, desired, plan, report)
+    }
+
+    /// See [`Syncer::sync_changes`].
+    pub(crate) fn sync_services(
+        &mut self,
+        kernel: &mut impl Kernel,
         desired: &DesiredState,
         keys: &[ServiceKey],
         verify: Verify,
     ) -> Result<SyncReport> {
         let mut report = SyncReport::default();
-        self.observe_keys(desired, keys, verify, &mut report)?;
-        for key in keys {
-            if !self.owned.contains(key) && desired.contains(key) && self.memory.contains(key) {
-                self.owned.insert(*key);
-            }
-        }
-        let mine: Cow<'_, [ServiceKey]> = if report.conflicts.is_empty() {
-            Cow::Borrowed(keys)
-        } else {
-            let foreign: HashSet<ServiceKey> = report.conflicts.iter().map(|c| c.key).collect();
-            keys.iter()
-                .filter(|k| !foreign.contains(k))
-                .copied()
-                .collect()
-        };
+        self.observe_keys(kernel, desired, keys, verify, &mut report)?;
+        self.own_managed(desired, keys.iter().copied());
+        let mine = without_conflicts(keys, &report.conflicts);
         let plan = plan::plan_services_ordered(
             desired,
             &self.memory,
             &mine,
             &self.options.scope,
-            &self.owned,
+            self.ledger.owned(),
             self.options.plan,
             Order::ClaimsApart,
         );
-        self.execute(desired, plan, report)
+        self.execute(kernel, desired, plan, report)
     }
 
-    /// Applies a plan: new services that may belong to someone else first,
-    /// then everything else pipelined, then the retries of what the kernel
-    /// contradicted.
+    /// Desired services in memory are managed: owned already, or claimed by
+    /// the scope, and owned from now on.
+    fn own_managed(&mut self, desired: &DesiredState, keys: impl Iterator<Item = ServiceKey>) {
+        for key in keys {
+            if !self.ledger.owned().contains(&key)
+                && desired.contains(&key)
+                && self.memory.contains(&key)
+            {
+                self.ledger.insert_owned(key);
+            }
+        }
+    }
+
+    /// The plan for `desired` minus the conflicting services.
+    fn plan_without(
+        &self,
+        desired: &DesiredState,
+        conflicts: &[SyncConflict],
+        order: Order,
+    ) -> Plan {
+        let plan_of = |d: &DesiredState| {
+            plan::plan_ordered(
+                d,
+                &self.memory,
+                &self.options.scope,
+                self.ledger.owned(),
+                self.options.plan,
+                order,
+            )
+        };
+        if conflicts.is_empty() {
+            return plan_of(desired);
+        }
+        let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
+        let mut mine = DesiredState::with_capacity(desired.services().len());
+        for ds in desired.services() {
+            if !foreign.contains(&ds.service().key) {
+                // Already validated once: inserting again cannot fail.
+                let _ = mine.insert(ds.service().clone(), ds.destinations().iter().copied());
+            }
+        }
+        plan_of(&mine)
+    }
+
+    /// Whether a [`Verify::Services`] sync looks the remembered services up
+    /// rather than dumping the table (see [`ServiceCheck`]).
+    fn looks_up(&self) -> bool {
+        matches!(self.options.scope, Scope::Owned)
+            && match self.options.service_check {
+                ServiceCheck::Dump => false,
+                ServiceCheck::Lookups => true,
+                ServiceCheck::Auto => self.memory.len() >= ServiceCheck::LOOKUPS_FROM,
+            }
+    }
+
+    /// Settles a service the kernel showed against the ledger and the
+    /// scope: `Some` when it is managed; otherwise it is someone else's,
+    /// leaves memory, and is a conflict if desired.
+    fn admit(
+        &mut self,
+        vs: VirtualServer,
+        desired: &DesiredState,
+        report: &mut SyncReport,
+    ) -> Option<VirtualServer> {
+        let key = vs.key;
+        let reason = match self.ledger.resolve(&key, Some(&vs)) {
+            Resolved::NotMine(reason) => reason,
+            Resolved::Mine | Resolved::Unknown | Resolved::Gone => ConflictReason::Found,
+        };
+        if self.options.scope.includes(&key, self.ledger.owned()) {
+            return Some(vs);
+        }
+        self.memory.remove(&key);
+        if desired.contains(&key) {
+            report.conflicts.push(SyncConflict {
+                key,
+                found: Some(vs),
+                reason,
+            });
+        }
+        None
+    }
+
+    /// Settles a service the kernel does not have: it leaves memory and the
+    /// ledger.
+    fn gone(&mut self, key: &ServiceKey) {
+        self.memory.remove(key);
+        self.ledger.resolve(key, None);
+    }
+
+    /// Brings the memory of the services `keys` up to date as `verify` asks
+    /// (see [`Syncer::sync_changes`]); same-key services that are not this
+    /// syncer's and are desired go to `report.conflicts`.
+    fn observe_keys(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        keys: &[ServiceKey],
+        verify: Verify,
+        report: &mut SyncReport,
+    ) -> Result<()> {
+        let verify = if self.known { verify } else { Verify::Full };
+        report.verified = Some(verify);
+        let (look, mut to_read): (Vec<ServiceKey>, Vec<Read>) = if verify == Verify::None {
+            let look = keys
+                .iter()
+                .filter(|k| self.stale.contains(k))
+                .copied()
+                .collect();
+            // Counts are needed only to drain (graceful termination).
+            let counts = if self.options.plan.graceful_termination {
+                keys.iter()
+                    .filter(|k| !self.stale.contains(k))
+                    .filter(|k| {
+                        self.memory
+                            .get(k)
+                            .is_some_and(|m| self.needs_counts(desired, m))
+                    })
+                    .map(|k| (*k, None))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (look, counts)
+        } else {
+            (keys.to_vec(), Vec::new())
+        };
+        if !look.is_empty() {
+            let found = kernel.lookup(&look)?;
+            report.reads_sent += look.len();
+            for (key, vs) in look.iter().zip(found) {
+                let Some(vs) = vs else {
+                    self.gone(key);
+                    continue;
+                };
+                let Some(vs) = self.admit(vs, desired, report) else {
+                    continue;
+                };
+                let m = self.memory.get(key);
+                if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
+                    to_read.push((*key, Some(vs)));
+                }
+            }
+        }
+        to_read.sort_unstable_by_key(|r| r.0);
+        to_read.dedup_by_key(|r| r.0);
+        // Services whose read fails are marked stale again.
+        for key in &look {
+            self.stale.remove(key);
+        }
+        self.read_into_memory(kernel, to_read, report)
+    }
+
+    /// Reads the real servers of each service of `reads` and puts it in
+    /// memory: with the service given, or the remembered one (`None`). A
+    /// service is replaced in memory only by a complete read of it; one
+    /// whose read failed is left as it was and marked stale, so the next
+    /// sync reads it (`Err`: the first failure).
+    fn read_into_memory(
+        &mut self,
+        kernel: &mut impl Kernel,
+        reads: Vec<Read>,
+        report: &mut SyncReport,
+    ) -> Result<()> {
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let (keys, mut services): (Vec<ServiceKey>, Vec<Option<VirtualServer>>) =
+            reads.into_iter().unzip();
+        let memory = &mut self.memory;
+        let stale = &mut self.stale;
+        let mut failed = None;
+        let read = kernel.destinations(&keys, self.options.read_sockets.max(1), |index, r| {
+            let Some(key) = keys.get(index) else {
+                return;
+            };
+            match r {
+                Ok(d) => match (
+                    services.get_mut(index).and_then(Option::take),
+                    memory.get_mut(key),
+                ) {
+                    (Some(vs), Some(m)) => {
+                        m.service = vs;
+                        m.set_destinations(d);
+                    }
+                    (Some(vs), None) => memory.insert(ObservedService::new(vs, d)),
+                    (None, Some(m)) => m.set_destinations(d),
+                    (None, None) => {}
+                },
+                Err(e) => {
+                    stale.insert(*key);
+                    failed.get_or_insert(e);
+                }
+            }
+        });
+        report.reads_sent += keys.len();
+        if let Err(e) = read {
+            // Which services were read before it failed is not known.
+            self.stale.extend(keys.iter().copied());
+            return Err(e);
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Saves the ledger's changes to the store, if there is one.
+    fn save(&mut self) -> std::result::Result<(), Error> {
+        match &mut self.store {
+            Some(store) => self
+                .ledger
+                .save_to(store.as_mut())
+                .map_err(|e| Error::io(Operation::SaveLedger, e)),
+            None => {
+                self.ledger.forget_unsaved();
+                Ok(())
+            }
+        }
+    }
+
+    /// Saves the ledger after writes: a failure goes to the report.
+    fn save_after_writes(&mut self, report: &mut SyncReport) {
+        if let Err(e) = self.save() {
+            report.after_writes.push(e);
+        }
+    }
+
+    /// Applies a plan: new services that may belong to someone else first
+    /// (claimed in the ledger, saved ahead), then everything else pipelined
+    /// (deleted services released in the ledger ahead of it), then the
+    /// retries of what the kernel contradicted.
     fn execute(
         &mut self,
+        kernel: &mut impl Kernel,
         desired: &DesiredState,
-        mut plan: Plan,
+        plan: Plan,
         mut report: SyncReport,
     ) -> Result<SyncReport> {
         report.planned = plan.counts;
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
+        let retry = self.write_plan(kernel, desired, plan, &mut report, Pass::First)?;
+        if !retry.is_empty() {
+            self.heal(kernel, desired, retry, &mut report);
+        }
+        if let Err(e) = self.save() {
+            if report.writes_sent == 0 {
+                return Err(e);
+            }
+            report.after_writes.push(e);
+        }
+        Ok(report)
+    }
+
+    /// Writes a plan's claims, then the rest; returns the services to
+    /// re-read and retry. `Err` only when the save ahead of the writes
+    /// failed before anything of the sync was written.
+    fn write_plan(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        mut plan: Plan,
+        report: &mut SyncReport,
+        pass: Pass,
+    ) -> Result<Vec<ServiceKey>> {
         // Planned apart from the rest (`Order::ClaimsApart`).
         let claims = std::mem::take(&mut plan.claims);
         let mut rest = std::mem::take(&mut plan.ops);
+        if !self.record_ahead(&claims, &rest, report)? {
+            return Ok(Vec::new());
+        }
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
         if !claims.is_empty() {
-            // Every add that succeeds is remembered and owned: room for them
-            // all at once, before the answers come in.
+            // Every add that succeeds is remembered: room for them all at
+            // once, before the answers come in.
             self.memory.reserve(claims.len());
-            self.owned.reserve(claims.len());
-            let first = self.apply(desired, &claims, &mut report, true, &mut broken);
+            let first = self.apply(kernel, desired, &claims, report, pass, &mut broken);
             // Not kept while the real servers go out: at 50,000 services
             // the adds alone take megabytes.
             drop(claims);
-            if first.socket_failed {
-                // Whether the adds happened is unknown: their real servers
-                // could land on someone else's service. The next sync reads.
-                return Ok(report);
-            }
-            retry = first.retry;
+            self.save_after_writes(report);
             if !first.withheld.is_empty() {
                 let withheld: HashSet<ServiceKey> = first.withheld.iter().copied().collect();
+                let before = rest.len();
                 rest.retain(|op| !withheld.contains(&op.key()));
+                report.withheld += before - rest.len();
             }
-            self.report_refused(first.refused, &mut report);
+            self.report_refused(kernel, first.refused, report);
+            if first.socket_failed {
+                // Whether the unanswered adds happened is unknown: they stay
+                // claimed, and the next sync reads them.
+                return Ok(Vec::new());
+            }
+            retry = first.retry;
         }
         // Each part is dropped once sent, while memory grows by what it did.
         for part in into_parts(rest) {
-            let applied = self.apply(desired, &part, &mut report, true, &mut broken);
+            let applied = self.apply(kernel, desired, &part, report, pass, &mut broken);
             retry.extend(applied.retry);
             if applied.socket_failed {
                 break;
             }
         }
-        if !retry.is_empty() {
-            retry.sort_unstable();
-            retry.dedup();
-            self.heal(desired, retry, &mut report)?;
+        retry.sort_unstable();
+        retry.dedup();
+        Ok(retry)
+    }
+
+    /// Records the plan's claims and the releases of its service deletes in
+    /// the ledger and saves it, ahead of the writes. `Ok(false)`: the save
+    /// failed after the sync had written (the error is in the report), so
+    /// this plan is not sent; `Err`: it failed before anything was written.
+    fn record_ahead(
+        &mut self,
+        claims: &[Op],
+        rest: &[Op],
+        report: &mut SyncReport,
+    ) -> Result<bool> {
+        self.ledger.reserve_claims(claims.len());
+        for op in claims {
+            if let Op::AddService(vs) = op {
+                self.ledger.claim(vs);
+            }
         }
-        Ok(report)
+        // Service deletes come last in a plan.
+        let deletes = rest.iter().rev().map_while(|op| match op {
+            Op::DeleteService(key) => Some(key),
+            _ => None,
+        });
+        for key in deletes {
+            if let Some(m) = self.memory.get(key) {
+                self.ledger.release(&m.service);
+            }
+        }
+        let Err(e) = self.save() else {
+            return Ok(true);
+        };
+        // Nothing of this plan is sent: what was recorded ahead of it is
+        // taken back, so the ledger says what the kernel has.
+        for op in claims.iter().chain(rest) {
+            match op {
+                Op::AddService(vs) => self.ledger.withdraw(&vs.key),
+                Op::DeleteService(key) => self.ledger.withdraw(key),
+                _ => {}
+            }
+        }
+        if report.writes_sent == 0 {
+            return Err(e);
+        }
+        report.after_writes.push(e);
+        Ok(false)
+    }
+
+    /// Sends `ops` and records every outcome in memory, the ledger and the
+    /// report. `broken` collects the services whose creation or update
+    /// failed for good, across the batches of one sync.
+    fn apply(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        ops: &[Op],
+        report: &mut SyncReport,
+        pass: Pass,
+        broken: &mut HashSet<ServiceKey>,
+    ) -> Applied {
+        let mut applied = Applied::default();
+        if ops.is_empty() {
+            return applied;
+        }
+        let memory = &mut self.memory;
+        let ledger = &mut self.ledger;
+        let services = &mut report.services;
+        let dests = &mut report.destinations;
+        let mut answered = 0;
+        let mut failed = Vec::new();
+        let outcome = kernel.write(
+            ops,
+            self.options.mode == BatchMode::OneByOne,
+            |index, result| {
+                answered += 1;
+                match (ops.get(index), result) {
+                    (Some(op), Ok(())) => {
+                        remember(memory, ledger, op, desired);
+                        match op {
+                            Op::AddService(_) => services.added += 1,
+                            Op::UpdateService(_) => services.updated += 1,
+                            Op::DeleteService(_) => services.deleted += 1,
+                            Op::AddDestination(..) => dests.added += 1,
+                            Op::UpdateDestination(..) => dests.updated += 1,
+                            Op::DeleteDestination(..) => dests.deleted += 1,
+                        }
+                    }
+                    (_, Err(e)) => failed.push((index, e)),
+                    (None, Ok(())) => {}
+                }
+            },
+        );
+        report.writes_sent += answered;
+        if let Err(error) = outcome {
+            if error.operation() != Some(&Operation::OpenSyncSocket) {
+                // The rest of the batch is unaccounted for.
+                self.known = false;
+            }
+            applied.socket_failed = true;
+            // Adds not answered stay claimed: their real servers are not
+            // sent, and the next sync reads them.
+            for op in ops.iter().skip(answered) {
+                if let Op::AddService(vs) = op
+                    && matches!(self.ledger.get(&vs.key), Some(Ownership::Claiming(_)))
+                {
+                    applied.withheld.push(vs.key);
+                    self.stale.insert(vs.key);
+                }
+            }
+            report.aborted.get_or_insert(error);
+        }
+        // Services whose creation or update failed for a reason a retry
+        // cannot fix: their real-server failures follow from it.
+        broken.extend(failed.iter().filter_map(|(i, e)| match ops.get(*i) {
+            Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
+            _ => None,
+        }));
+        let mut retry = HashSet::new();
+        for (index, error) in failed {
+            let Some(op) = ops.get(index) else {
+                // Every answer names one of `ops`.
+                continue;
+            };
+            let key = op.key();
+            match op {
+                Op::AddService(_)
+                    if matches!(self.ledger.get(&key), Some(Ownership::Claiming(_))) =>
+                {
+                    applied.withheld.push(key);
+                    match self.ledger.settle_claim(&key, Err(&error)) {
+                        // Someone else's service: not ours to change.
+                        ClaimOutcome::Exists => applied.refused.push(key),
+                        // Not created: nothing to own.
+                        ClaimOutcome::Refused | ClaimOutcome::Created => {
+                            report.failed.push(SyncFailure {
+                                op: op.clone(),
+                                error,
+                            });
+                        }
+                        // Whether this syncer created it is unknown: it
+                        // stays claimed, its real servers are not sent, and
+                        // the next sync reads it and settles the claim.
+                        ClaimOutcome::Unknown => {
+                            self.stale.insert(key);
+                            report.failed.push(SyncFailure {
+                                op: op.clone(),
+                                error,
+                            });
+                        }
+                    }
+                    continue;
+                }
+                Op::DeleteService(_) => self.ledger.settle_release(&key, Err(&error)),
+                _ => {}
+            }
+            self.stale.insert(key);
+            let failure = SyncFailure {
+                op: op.clone(),
+                error,
+            };
+            if pass == Pass::First && healable(&failure.error) && !broken.contains(&key) {
+                retry.insert(key);
+                report.retried.push(failure);
+            } else {
+                report.failed.push(failure);
+            }
+        }
+        applied.retry = retry.into_iter().collect();
+        applied
+    }
+
+    /// Re-reads the services whose operations the kernel contradicted and
+    /// writes a second plan for them alone. Runs after writes went out, so
+    /// a failed read goes to the report (those services are stale and read
+    /// by the next sync) instead of failing the sync.
+    fn heal(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        keys: Vec<ServiceKey>,
+        report: &mut SyncReport,
+    ) {
+        let found = match kernel.lookup(&keys) {
+            Ok(found) => found,
+            Err(e) => {
+                report.after_writes.push(e);
+                return;
+            }
+        };
+        report.reads_sent += keys.len();
+        let conflicts_before = report.conflicts.len();
+        let mut reads = Vec::new();
+        for (key, vs) in keys.iter().zip(found) {
+            self.stale.remove(key);
+            match vs {
+                Some(vs) => {
+                    if let Some(vs) = self.admit(vs, desired, report) {
+                        reads.push((*key, Some(vs)));
+                    }
+                }
+                None => self.gone(key),
+            }
+        }
+        if let Err(e) = self.read_into_memory(kernel, reads, report) {
+            report.after_writes.push(e);
+        }
+        // Services read again whole, and not someone else's after all.
+        let keys: Vec<ServiceKey> = without_conflicts(&keys, &report.conflicts[conflicts_before..])
+            .into_iter()
+            .filter(|k| !self.stale.contains(k))
+            .collect();
+        let plan = plan::plan_services_ordered(
+            desired,
+            &self.memory,
+            &keys,
+            &self.options.scope,
+            self.ledger.owned(),
+            self.options.plan,
+            Order::ClaimsApart,
+        );
+        // What the first pass counted as unchanged stays so; drains follow
+        // the second plan.
+        report.draining += plan.counts.draining;
+        // Writes went out already: a failed save ahead is in the report.
+        let _ = self.write_plan(kernel, desired, plan, report, Pass::Retry);
     }
 
     /// Records desired services the kernel refused to add because they
     /// exist, with what is there now (looked up; `None` if that fails or
     /// the service is gone again).
-    fn report_refused(&self, refused: Vec<ServiceKey>, report: &mut SyncReport) {
+    fn report_refused(
+        &self,
+        kernel: &mut impl Kernel,
+        refused: Vec<ServiceKey>,
+        report: &mut SyncReport,
+    ) {
         if refused.is_empty() {
             return;
         }
-        let found = read::lookup(self.handle.borrow(), &refused)
+        let found = kernel
+            .lookup(&refused)
             .unwrap_or_else(|_| refused.iter().map(|_| None).collect());
         report.reads_sent += refused.len();
         report.conflicts.extend(
             refused
                 .into_iter()
                 .zip(found)
-                .map(|(key, found)| SyncConflict { key, found }),
+                .map(|(key, found)| SyncConflict {
+                    key,
+                    found,
+                    reason: ConflictReason::AddRefused,
+                }),
         );
     }
 
@@ -654,9 +1258,11 @@ impl<H: Borrow<Handle>> Syncer<H> {
         })
     }
 
-    /// Brings `memory` up to date as `verify` asks.
+    /// Brings `memory` up to date as `verify` asks, settling the ledger's
+    /// claims and releases against what the kernel shows.
     fn observe(
         &mut self,
+        kernel: &mut impl Kernel,
         desired: &DesiredState,
         verify: Verify,
         report: &mut SyncReport,
@@ -664,400 +1270,116 @@ impl<H: Borrow<Handle>> Syncer<H> {
         let verify = if self.known { verify } else { Verify::Full };
         report.verified = Some(verify);
         if verify == Verify::None && self.stale.is_empty() {
-            let keys: Vec<ServiceKey> = self
+            let reads: Vec<Read> = self
                 .memory
                 .services()
                 .filter(|s| self.needs_counts(desired, s))
-                .map(|s| s.service.key)
+                .map(|s| (s.service.key, None))
                 .collect();
-            return self.read_into_memory(&keys, report);
+            return self.read_into_memory(kernel, reads, report);
         }
         if verify == Verify::Services && self.looks_up() {
             // Every managed service is remembered (or stale): look each up.
             let mut keys: Vec<ServiceKey> = self.memory.keys().copied().collect();
             keys.extend(self.stale.iter().filter(|k| !self.memory.contains(k)));
-            self.observe_keys(desired, &keys, Verify::Services, report)?;
-            self.stale.clear();
-            return Ok(());
+            // Every stale service is among them: what stays stale after
+            // this failed to be read.
+            return self.observe_keys(kernel, desired, &keys, Verify::Services, report);
         }
         // Listed once each (the dump's repeats are dropped).
-        let kernel = read::services(self.handle.borrow())?;
+        let listed_services = kernel.services()?;
         report.reads_sent += 1;
-        let remembered = self.memory.len();
-        let mut remembered_listed = 0;
-        let mut listed = Vec::with_capacity(kernel.len());
-        let mut to_read = Vec::new();
-        for vs in kernel {
+        let (remembered, recorded) = (self.memory.len(), self.ledger.len());
+        let (mut remembered_listed, mut recorded_listed) = (0, 0);
+        let mut listed = Vec::with_capacity(listed_services.len());
+        let mut reads = Vec::new();
+        for vs in listed_services {
             let key = vs.key;
-            if !self.options.scope.includes(&key, &self.owned) {
-                if desired.contains(&key) {
-                    // Someone else's service with a desired key.
-                    report.conflicts.push(SyncConflict {
-                        key,
-                        found: Some(vs),
-                    });
-                }
-                continue;
-            }
             listed.push(key);
-            let m = self.memory.get(&key);
-            remembered_listed += usize::from(m.is_some());
-            if m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
+            remembered_listed += usize::from(self.memory.contains(&key));
+            recorded_listed += usize::from(self.ledger.contains(&key));
+            let Some(vs) = self.admit(vs, desired, report) else {
                 continue;
-            }
-            to_read.push(key);
-            match self.memory.get_mut(&key) {
-                Some(m) => m.service = vs,
-                None => self.memory.insert(ObservedService::new(vs, [])),
+            };
+            let m = self.memory.get(&key);
+            if !m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
+                reads.push((key, Some(vs)));
             }
         }
         // A multi-part service dump is not a snapshot: the kernel resumes it
         // by position in a table shared by every namespace, so changes in
         // another namespace can make it skip services of this one. Services
-        // remembered but not listed are looked up before they count as gone.
-        // When the dump listed every remembered service (the usual case),
-        // there are none, and no set of the listed keys is built.
-        if remembered_listed < remembered {
-            let mut seen: HashSet<ServiceKey> = listed.into_iter().collect();
-            let unlisted: Vec<ServiceKey> = self
+        // remembered or recorded in the ledger but not listed are looked up
+        // before they count as gone. When the dump listed every one of them
+        // (the usual case), there are none, and no set of the listed keys is
+        // built.
+        if remembered_listed < remembered || recorded_listed < recorded {
+            let seen: HashSet<ServiceKey> = listed.into_iter().collect();
+            let mut unlisted: Vec<ServiceKey> = self
                 .memory
                 .keys()
+                .chain(self.ledger.iter().map(|(k, _)| k))
                 .filter(|k| !seen.contains(k))
                 .copied()
                 .collect();
-            let found = read::lookup(self.handle.borrow(), &unlisted)?;
+            unlisted.sort_unstable();
+            unlisted.dedup();
+            let found = kernel.lookup(&unlisted)?;
             report.reads_sent += unlisted.len();
             for (key, vs) in unlisted.iter().zip(found) {
-                let Some(vs) = vs else { continue };
-                seen.insert(*key);
-                let m = self.memory.get(key);
-                if m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                    continue;
-                }
-                to_read.push(*key);
-                if let Some(m) = self.memory.get_mut(key) {
-                    m.service = vs;
-                }
-            }
-            self.memory.retain(|k, _| seen.contains(k));
-        }
-        self.read_into_memory(&to_read, report)?;
-        self.stale.clear();
-        self.known = true;
-        Ok(())
-    }
-
-    /// Whether a [`Verify::Services`] sync looks the remembered services up
-    /// rather than dumping the table (see [`ServiceCheck`]).
-    fn looks_up(&self) -> bool {
-        matches!(self.options.scope, Scope::Owned)
-            && match self.options.service_check {
-                ServiceCheck::Dump => false,
-                ServiceCheck::Lookups => true,
-                ServiceCheck::Auto => self.memory.len() >= ServiceCheck::LOOKUPS_FROM,
-            }
-    }
-
-    /// Brings the memory of the services `keys` up to date as `verify` asks
-    /// (see [`Syncer::sync_changes`]); same-key services that are not this
-    /// syncer's and are desired go to `report.conflicts`.
-    fn observe_keys(
-        &mut self,
-        desired: &DesiredState,
-        keys: &[ServiceKey],
-        verify: Verify,
-        report: &mut SyncReport,
-    ) -> Result<()> {
-        let verify = if self.known { verify } else { Verify::Full };
-        report.verified = Some(verify);
-        let (look, mut to_read): (Vec<ServiceKey>, Vec<ServiceKey>) = if verify == Verify::None {
-            let look = keys
-                .iter()
-                .filter(|k| self.stale.contains(k))
-                .copied()
-                .collect();
-            // Counts are needed only to drain (graceful termination).
-            let counts = if self.options.plan.graceful_termination {
-                keys.iter()
-                    .filter(|k| !self.stale.contains(k))
-                    .filter(|k| {
-                        self.memory
-                            .get(k)
-                            .is_some_and(|m| self.needs_counts(desired, m))
-                    })
-                    .copied()
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            (look, counts)
-        } else {
-            (keys.to_vec(), Vec::new())
-        };
-        if !look.is_empty() {
-            let found = read::lookup(self.handle.borrow(), &look)?;
-            report.reads_sent += look.len();
-            for (key, vs) in look.iter().zip(found) {
                 let Some(vs) = vs else {
-                    self.memory.remove(key);
+                    self.gone(key);
                     continue;
                 };
-                if !self.options.scope.includes(key, &self.owned) {
-                    // Someone else's service: never in memory.
-                    self.memory.remove(key);
-                    if desired.contains(key) {
-                        report.conflicts.push(SyncConflict {
-                            key: *key,
-                            found: Some(vs),
-                        });
-                    }
+                let Some(vs) = self.admit(vs, desired, report) else {
                     continue;
-                }
+                };
                 let m = self.memory.get(key);
                 if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                    to_read.push(*key);
-                    match self.memory.get_mut(key) {
-                        Some(m) => m.service = vs,
-                        None => self.memory.insert(ObservedService::new(vs, [])),
-                    }
+                    reads.push((*key, Some(vs)));
                 }
             }
         }
-        to_read.sort_unstable();
-        to_read.dedup();
-        self.read_into_memory(&to_read, report)?;
-        for key in &look {
-            self.stale.remove(key);
-        }
-        Ok(())
-    }
-
-    /// Reads the real servers of `keys` into memory (the services are
-    /// there already).
-    fn read_into_memory(&mut self, keys: &[ServiceKey], report: &mut SyncReport) -> Result<()> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let want = self.options.read_sockets.max(1);
-        if want == 1 {
-            // Each service's real servers go into memory as they arrive,
-            // while the kernel works on the next dumps.
-            let memory = &mut self.memory;
-            let mut failed = None;
-            read::destinations_each(self.handle.borrow(), keys, |index, r| match r {
-                Ok(d) => {
-                    if let Some(m) = keys.get(index).and_then(|k| memory.get_mut(k)) {
-                        m.set_destinations(d);
-                    }
-                }
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            })?;
-            report.reads_sent += keys.len();
-            return failed.map_or(Ok(()), Err);
-        }
-        while self.readers.len() + 1 < want {
-            let h = self.handle.borrow();
-            self.readers.push(h.open_sibling()?);
-        }
-        let mut handles: Vec<&Handle> = vec![self.handle.borrow()];
-        handles.extend(self.readers.iter().take(want - 1));
-        let dests = read::destinations(&handles, keys)?;
-        report.reads_sent += keys.len();
-        for (key, d) in keys.iter().zip(dests) {
-            if let Some(m) = self.memory.get_mut(key) {
-                m.set_destinations(d);
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends `ops` and records every outcome in memory and the report.
-    /// `broken` collects the services whose creation or update failed for
-    /// good, across the rounds of one sync.
-    fn apply(
-        &mut self,
-        desired: &DesiredState,
-        ops: &[Op],
-        report: &mut SyncReport,
-        may_retry: bool,
-        broken: &mut HashSet<ServiceKey>,
-    ) -> Applied {
-        let mut applied = Applied::default();
-        if ops.is_empty() {
-            return applied;
-        }
-        let writer = match &mut self.writer {
-            Some(w) => w,
-            None => match Writer::open(self.handle.borrow()) {
-                Ok(w) => self.writer.insert(w),
-                Err(e) => {
-                    report
-                        .aborted
-                        .get_or_insert(Error::io(Operation::OpenSyncSocket, e));
-                    applied.socket_failed = true;
-                    return applied;
-                }
-            },
-        };
-        let memory = &mut self.memory;
-        let owned = &mut self.owned;
-        let services = &mut report.services;
-        let dests = &mut report.destinations;
-        let mut batch = BatchReport::default();
-        let outcome = writer.send(
-            ops,
-            self.options.mode == BatchMode::OneByOne,
-            |index, result| match (ops.get(index), result) {
-                (Some(op), Ok(())) => {
-                    batch.sent += 1;
-                    remember(memory, owned, op, desired);
-                    match op {
-                        Op::AddService(_) => services.added += 1,
-                        Op::UpdateService(_) => services.updated += 1,
-                        Op::DeleteService(_) => services.deleted += 1,
-                        Op::AddDestination(..) => dests.added += 1,
-                        Op::UpdateDestination(..) => dests.updated += 1,
-                        Op::DeleteDestination(..) => dests.deleted += 1,
-                    }
-                }
-                (_, r) => {
-                    batch.sent += 1;
-                    if let Err(e) = r {
-                        batch.failed.push((index, e));
-                    }
-                }
-            },
-        );
-        if let Err(e) = outcome {
-            // The socket failed: operations not answered have unknown outcomes.
-            self.writer = None;
-            batch.aborted = Some(Error::io(Operation::SyncWrite, e));
-        }
-        report.writes_sent += batch.sent;
-        // Services whose creation or update failed for a reason a retry
-        // cannot fix: their real-server failures follow from it.
-        broken.extend(batch.failed.iter().filter_map(|(i, e)| match ops.get(*i) {
-            Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
-            _ => None,
-        }));
-        if let Some(error) = batch.aborted {
-            // The rest of the batch is unaccounted for.
-            self.known = false;
-            applied.socket_failed = true;
-            report.aborted.get_or_insert(error);
-        }
-        let mut retry = HashSet::new();
-        for (index, error) in batch.failed {
-            let Some(op) = ops.get(index) else {
-                // Every answer names one of `ops`.
-                continue;
-            };
-            let key = op.key();
-            if self.claims(op) {
-                if error.is_exists() {
-                    // Someone else's service: not ours to change.
-                    applied.refused.push(key);
-                    applied.withheld.push(key);
-                    continue;
-                }
-                if matches!(error, Error::Lost { .. }) {
-                    // Whether this syncer created it is unknown: not retried,
-                    // and its real servers are not sent. The next sync reads
-                    // it, and finds it a conflict if it exists.
-                    applied.withheld.push(key);
-                    self.stale.insert(key);
-                    report.failed.push(SyncFailure {
-                        op: op.clone(),
-                        error,
-                    });
-                    continue;
-                }
-            }
-            self.stale.insert(key);
-            let failure = SyncFailure {
-                op: op.clone(),
-                error,
-            };
-            if may_retry && healable(&failure.error) && !broken.contains(&key) {
-                retry.insert(key);
-                report.retried.push(failure);
-            } else {
-                report.failed.push(failure);
-            }
-        }
-        applied.retry = retry.into_iter().collect();
-        applied.retry.sort_unstable();
-        applied
-    }
-
-    /// Re-reads the services whose operations the kernel contradicted and
-    /// applies a second plan for them alone.
-    fn heal(
-        &mut self,
-        desired: &DesiredState,
-        keys: Vec<ServiceKey>,
-        report: &mut SyncReport,
-    ) -> Result<()> {
-        let found = read::lookup(self.handle.borrow(), &keys)?;
-        report.reads_sent += keys.len();
-        let mut present = Vec::new();
-        for (key, vs) in keys.iter().zip(found) {
-            match vs {
-                Some(vs) => {
-                    self.memory.insert(ObservedService::new(vs, []));
-                    present.push(*key);
-                }
-                None => {
-                    self.memory.remove(key);
-                }
-            }
-        }
-        self.read_into_memory(&present, report)?;
-        let mut sub_desired = DesiredState::with_capacity(keys.len());
-        let mut sub_observed = Observed::new();
-        for key in &keys {
-            self.stale.remove(key);
-            if let Some(ds) = desired.get(key) {
-                // Already validated once: inserting again cannot fail.
-                let _ = sub_desired.insert(ds.service().clone(), ds.destinations().iter().copied());
-            }
-            if let Some(m) = self.memory.get(key) {
-                sub_observed.insert(m.clone());
-            }
-        }
-        // Every key here was managed by the first plan.
-        let plan = plan::plan(
-            &sub_desired,
-            &sub_observed,
-            &Scope::All,
-            &self.owned,
-            self.options.plan,
-        );
-        // What the first pass counted as unchanged stays so; drains follow
-        // the second plan.
-        report.draining += plan.counts.draining;
-        self.apply(desired, &plan.ops, report, false, &mut HashSet::new());
+        // Services whose read fails here are marked stale again.
+        self.stale.clear();
+        self.read_into_memory(kernel, reads, report)?;
+        self.known = true;
         Ok(())
     }
 }
 
-/// What became of a batch besides what is recorded in memory and the report.
+/// A service whose real servers are to be read: its key, and the service
+/// as the kernel showed it (`None`: the remembered one stands).
+type Read = (ServiceKey, Option<VirtualServer>);
+
+/// `keys` without the conflicting ones.
+fn without_conflicts(keys: &[ServiceKey], conflicts: &[SyncConflict]) -> Vec<ServiceKey> {
+    if conflicts.is_empty() {
+        return keys.to_vec();
+    }
+    let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
+    keys.iter()
+        .filter(|k| !foreign.contains(k))
+        .copied()
+        .collect()
+}
+
+/// What became of a batch besides what is recorded in memory, the ledger
+/// and the report.
 #[derive(Debug, Default)]
 struct Applied {
     /// Services to re-read and retry (when retrying was allowed).
     retry: Vec<ServiceKey>,
     /// Services the kernel refused to add because they exist: conflicts.
     refused: Vec<ServiceKey>,
-    /// Services whose add was refused or its outcome lost: their real
-    /// servers must not be sent.
+    /// Claimed services whose add was not acknowledged: their real servers
+    /// must not be sent.
     withheld: Vec<ServiceKey>,
     /// The socket failed: outcomes of operations not answered are unknown.
     socket_failed: bool,
 }
 
-/// The most operations [`Syncer::execute`] sends in one part (about
+/// The most operations [`Core::write_plan`] sends in one part (about
 /// 14 MiB of them). A cold sync's plan holds every real server of the
 /// table; sent in parts, each given back once sent, it is not all held
 /// while memory fills with what it did (at 50,000 x 10 the plan alone is
@@ -1084,13 +1406,8 @@ fn healable(e: &Error) -> bool {
     e.is_exists() || e.is_not_found() || matches!(e, Error::Lost { .. })
 }
 
-/// Records an acknowledged operation in memory and in the owned keys.
-fn remember(
-    memory: &mut Observed,
-    owned: &mut HashSet<ServiceKey>,
-    op: &Op,
-    desired: &DesiredState,
-) {
+/// Records an acknowledged operation in memory and the ledger.
+fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Op, desired: &DesiredState) {
     // Room for a service's desired real servers is made with the first one:
     // grown one add at a time, a list of ten would take room for sixteen.
     // Made no sooner: a cold sync holds the real servers still to send
@@ -1101,13 +1418,9 @@ fn remember(
             .map_or(0, |ds| ds.destinations().len())
     });
     match op {
-        // Created by this syncer: its own.
-        Op::AddService(vs) => {
-            owned.insert(vs.key);
-        }
-        Op::DeleteService(k) => {
-            owned.remove(k);
-        }
+        // Created by this syncer: its own (a claim settled).
+        Op::AddService(vs) => ledger.insert_owned(vs.key),
+        Op::DeleteService(k) => ledger.settle_release(k, Ok(())),
         _ => {}
     }
 }

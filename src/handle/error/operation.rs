@@ -96,6 +96,9 @@ pub enum Operation {
     OpenSyncSocket,
     /// Sending a [`crate::sync::Syncer`]'s write batch: its socket failed.
     SyncWrite,
+    /// Saving a [`crate::sync::Syncer`]'s ownership ledger through its
+    /// [`crate::sync::LedgerStore`].
+    SaveLedger,
     /// Starting the worker thread of the async front (feature `tokio`).
     StartWorker,
 }
@@ -158,6 +161,7 @@ impl fmt::Display for Operation {
             O::CheckModules => "check kernel modules",
             O::OpenSyncSocket => "open the sync's netlink socket",
             O::SyncWrite => "sync write",
+            O::SaveLedger => "save the sync's ownership ledger",
             O::StartWorker => "start the async worker thread",
         };
         match (server, service) {

@@ -133,6 +133,7 @@ fn operations_display_the_words_of_error_messages() {
         (Operation::CheckModules, "check kernel modules"),
         (Operation::OpenSyncSocket, "open the sync's netlink socket"),
         (Operation::SyncWrite, "sync write"),
+        (Operation::SaveLedger, "save the sync's ownership ledger"),
         (Operation::StartWorker, "start the async worker thread"),
     ];
     for (op, words) in others {

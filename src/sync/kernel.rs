@@ -1,0 +1,107 @@
+//! What a sync asks of the kernel, as one trait: the syncer's logic (reading,
+//! ownership, planning, settling answers, healing) is written against it,
+//! and its one implementation for real use drives the handle's sockets. The
+//! ownership property test drives the same logic against a table in memory.
+
+use std::borrow::Borrow;
+
+use super::read;
+use super::state::ObservedDest;
+use super::wire::Writer;
+use crate::model::{ServiceKey, VirtualServer};
+use crate::{Error, Handle, Op, Operation, Result};
+
+/// The reads and writes of a sync.
+pub(crate) trait Kernel {
+    /// Every virtual server of the namespace (one dump).
+    fn services(&mut self) -> Result<Vec<VirtualServer>>;
+
+    /// Each service of `keys`, `None` where there is none.
+    fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>>;
+
+    /// The real servers of each service of `keys`, handed to `each(index,
+    /// result)`, using up to `sockets` sockets. `Err` when the reading
+    /// itself failed: services not handed to `each` by then were not read.
+    fn destinations(
+        &mut self,
+        keys: &[ServiceKey],
+        sockets: usize,
+        each: impl FnMut(usize, Result<Vec<ObservedDest>>),
+    ) -> Result<()>;
+
+    /// Sends `ops` in order and hands each answer to `on_result(index,
+    /// result)`, in order. `Err` when the socket could not be opened
+    /// ([`Operation::OpenSyncSocket`]: nothing was sent) or failed
+    /// ([`Operation::SyncWrite`]: operations not answered by then have
+    /// unknown outcomes).
+    fn write(
+        &mut self,
+        ops: &[Op],
+        one_by_one: bool,
+        on_result: impl FnMut(usize, std::result::Result<(), Error>),
+    ) -> std::result::Result<(), Error>;
+}
+
+/// The kernel behind a handle: its socket for reads, extra sockets for
+/// parallel reads, and the syncer's write socket (each opened on first use).
+pub(crate) struct HandleKernel<'a, H: Borrow<Handle>> {
+    pub(crate) handle: &'a H,
+    pub(crate) readers: &'a mut Vec<Handle>,
+    pub(crate) writer: &'a mut Option<Writer>,
+}
+
+impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
+    fn services(&mut self) -> Result<Vec<VirtualServer>> {
+        read::services(self.handle.borrow())
+    }
+
+    fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
+        read::lookup(self.handle.borrow(), keys)
+    }
+
+    fn destinations(
+        &mut self,
+        keys: &[ServiceKey],
+        sockets: usize,
+        mut each: impl FnMut(usize, Result<Vec<ObservedDest>>),
+    ) -> Result<()> {
+        let handle = self.handle.borrow();
+        if sockets <= 1 {
+            // Each service's real servers are handed on as they arrive,
+            // while the kernel works on the next dumps.
+            return read::destinations_each(handle, keys, each);
+        }
+        while self.readers.len() + 1 < sockets {
+            self.readers.push(handle.open_sibling()?);
+        }
+        let mut handles: Vec<&Handle> = vec![handle];
+        handles.extend(self.readers.iter().take(sockets - 1));
+        for (index, d) in read::destinations(&handles, keys)?.into_iter().enumerate() {
+            each(index, Ok(d));
+        }
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        ops: &[Op],
+        one_by_one: bool,
+        on_result: impl FnMut(usize, std::result::Result<(), Error>),
+    ) -> std::result::Result<(), Error> {
+        let writer = match self.writer {
+            Some(w) => w,
+            None => match Writer::open(self.handle.borrow()) {
+                Ok(w) => self.writer.insert(w),
+                Err(e) => return Err(Error::io(Operation::OpenSyncSocket, e)),
+            },
+        };
+        writer
+            .send(ops, one_by_one, on_result)
+            .map(drop)
+            .map_err(|e| {
+                // A socket that failed mid-batch is not used again.
+                *self.writer = None;
+                Error::io(Operation::SyncWrite, e)
+            })
+    }
+}
