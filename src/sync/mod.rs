@@ -65,6 +65,7 @@ mod kernel;
 mod ledger;
 #[cfg(test)]
 mod ownership_tests;
+mod ledger_file;
 mod plan;
 mod read;
 mod state;
@@ -72,6 +73,7 @@ mod syncer;
 mod wire;
 
 pub use ledger::{ConflictReason, Ledger, LedgerStore, Ownership};
+pub use ledger_file::{FileLedger, LedgerFileError};
 pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};
 pub use state::{
     DesiredError, DesiredService, DesiredState, Observed, ObservedDest, ObservedService,
