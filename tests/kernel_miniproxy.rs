@@ -25,6 +25,7 @@ use ipvsctl::model::{
     AddressFamily, ForwardMethod, Netmask, PersistenceEngine, RealServer, Scheduler, ServiceFlags,
     ServiceKey, Tunnel, VirtualServer,
 };
+use ipvsctl::sync::{FileLedger, Ledger, Ownership};
 use ipvsctl::{Handle, NetNs};
 use support::TestNetns;
 
@@ -501,7 +502,7 @@ fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
     let dir = std::env::temp_dir().join(format!("mini-proxy-owned-{}", ns.name()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("state.json");
-    let owned = dir.join("owned.json");
+    let owned = dir.join("owned.ledger");
     let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
     let dns = |ep: &str| {
         format!(
@@ -521,9 +522,9 @@ fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
     write_state(&config, &dns("10.1.0.7"));
     run_once(&bin, &ns, &config, Some(&owned));
     assert_eq!(table(&h), first);
-    let kept: Vec<ServiceKey> =
-        serde_json::from_slice(&std::fs::read(&owned).expect("owned file")).expect("owned JSON");
-    assert_eq!(kept, vec![udp("10.96.0.53:53")]);
+    let kept = ledger(&owned);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept.get(&udp("10.96.0.53:53")), Some(Ownership::Owned));
 
     // Restarted without the keys: the service is someone else's.
     write_state(&config, &dns("10.1.0.8"));
@@ -543,8 +544,209 @@ fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
     write_state(&config, r#"{"services":[]}"#);
     let log = run_once(&bin, &ns, &config, Some(&owned));
     assert_eq!(table(&h), Table::new(), "{log}");
-    let kept: Vec<ServiceKey> =
-        serde_json::from_slice(&std::fs::read(&owned).expect("owned file")).expect("owned JSON");
+    let kept = ledger(&owned);
     assert!(kept.is_empty(), "{kept:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The ledger a proxy keeps in `--owned FILE`.
+fn ledger(path: &Path) -> Ledger {
+    FileLedger::open(path).expect("the proxy's ledger file").1
+}
+
+/// A service of the proxy deleted by hand while the proxy was stopped, and
+/// dropped from its state, leaves its ledger at the next start; the same key
+/// made later by another tool is not the proxy's and is left alone.
+#[test]
+fn a_service_deleted_by_hand_is_not_the_proxys_when_another_tool_makes_it_again() {
+    let bin = support::example_binary("mini-proxy");
+    let ns = TestNetns::with_ipvs();
+    let dir = std::env::temp_dir().join(format!("mini-proxy-ghost-{}", ns.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("state.json");
+    let owned = dir.join("owned.ledger");
+    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+    let key = udp("10.96.0.53:53");
+    write_state(
+        &config,
+        r#"{"services":[{"name":"dns","vip":"10.96.0.53","port":53,"protocol":"udp","endpoints":[{"ip":"10.1.0.7","port":53}]}]}"#,
+    );
+    run_once(&bin, &ns, &config, Some(&owned));
+    assert_eq!(ledger(&owned).get(&key), Some(Ownership::Owned));
+    // Stopped: the service is deleted by hand and dropped from the state.
+    ns.ipvsadm("-D -u 10.96.0.53:53");
+    write_state(&config, r#"{"services":[]}"#);
+    let log = run_once(&bin, &ns, &config, Some(&owned));
+    assert!(ledger(&owned).is_empty(), "{log}");
+    // Another tool makes the key, with its own settings.
+    ns.ipvsadm("-A -u 10.96.0.53:53 -s wlc");
+    ns.ipvsadm("-a -u 10.96.0.53:53 -r 10.1.0.9:53 -m -w 3");
+    let theirs = table(&h);
+    assert!(theirs.contains_key(&key));
+    for _ in 0..2 {
+        let log = run_once(&bin, &ns, &config, Some(&owned));
+        assert_eq!(table(&h), theirs, "{log}");
+    }
+    assert!(ledger(&owned).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How many services (on one VIP, one port each) and endpoints each the
+/// kill test's proxy syncs.
+const KILL_SERVICES: u16 = 3000;
+const KILL_ENDPOINTS: u8 = 4;
+
+/// The kill test's state: every service's endpoints in `10.{generation}.x.y`.
+fn many_services(generation: u8) -> (String, Table) {
+    let mut services = Vec::new();
+    let mut want = Table::new();
+    for i in 0..KILL_SERVICES {
+        let port = 1000 + i;
+        let ip = format!("10.{generation}.{}.{}", i / 200, i % 200 + 1);
+        let eps: Vec<String> = (0..KILL_ENDPOINTS)
+            .map(|j| format!(r#"{{"ip":"{ip}","port":{}}}"#, 8080 + u16::from(j)))
+            .collect();
+        services.push(format!(
+            r#"{{"name":"s{i}","vip":"10.96.0.1","port":{port},"protocol":"tcp","endpoints":[{}]}}"#,
+            eps.join(",")
+        ));
+        let dests = (0..KILL_ENDPOINTS)
+            .map(|j| (SocketAddr::new(ip.parse().unwrap(), 8080 + u16::from(j)), 1))
+            .collect();
+        want.insert(
+            ServiceKey::tcp(SocketAddr::new([10, 96, 0, 1].into(), port)),
+            (Scheduler::RoundRobin, dests),
+        );
+    }
+    (format!(r#"{{"services":[{}]}}"#, services.join(",")), want)
+}
+
+/// Where the first sync is when the proxy is killed.
+#[derive(Debug, Clone, Copy)]
+enum KillPoint {
+    /// As soon as the ledger file records the claims (the adds go out).
+    Claimed,
+    /// Once the kernel shows the first service (the adds are under way).
+    AddsUnderWay,
+    /// As soon as the ledger file records the adds settled (the real
+    /// servers go out).
+    Settled,
+    /// Once the kernel shows real servers on the middle service (the kill
+    /// lands later: under emulation, after about three quarters of them).
+    RealServersUnderWay,
+}
+
+/// The kernel's table when nothing changes it, its real servers read
+/// pipelined (thousands of one-by-one dumps take long under emulation).
+fn big_table(h: &Handle) -> Table {
+    let services = h.list_services().expect("list services");
+    let keys: Vec<ServiceKey> = services.iter().map(|s| s.service.key).collect();
+    let mut t: Table = services
+        .into_iter()
+        .map(|s| (s.service.key, (s.service.scheduler, BTreeMap::new())))
+        .collect();
+    h.list_destinations_each(&keys, |i, dests| {
+        let dests = dests.expect("list real servers");
+        if let Some(entry) = t.get_mut(&keys[i]) {
+            entry.1 = dests
+                .into_iter()
+                .map(|d| (d.server.addr, d.server.weight))
+                .collect();
+        }
+    })
+    .expect("list real servers");
+    t
+}
+
+/// The first line after the header of the ledger file, if any.
+fn first_entry(path: &Path) -> Option<String> {
+    let mut head = [0u8; 96];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let text = String::from_utf8_lossy(&head[..n]).into_owned();
+    text.lines().nth(1).map(str::to_owned)
+}
+
+/// A proxy killed with SIGKILL at several points of its first sync of
+/// thousands of services, then restarted with its ledger and a state that
+/// moves every endpoint, owns every service it made (no conflict) and
+/// converges on all of them.
+#[test]
+fn a_proxy_killed_during_its_first_sync_converges_on_everything_after_a_restart() {
+    let bin = support::example_binary("mini-proxy");
+    let (first, _) = many_services(1);
+    let (second, want) = many_services(2);
+    let middle = ServiceKey::tcp(SocketAddr::new(
+        [10, 96, 0, 1].into(),
+        1000 + KILL_SERVICES / 2,
+    ));
+    let first_key = ServiceKey::tcp(SocketAddr::new([10, 96, 0, 1].into(), 1000));
+    for point in [
+        KillPoint::Claimed,
+        KillPoint::AddsUnderWay,
+        KillPoint::Settled,
+        KillPoint::RealServersUnderWay,
+    ] {
+        let ns = TestNetns::with_ipvs();
+        let dir = std::env::temp_dir().join(format!("mini-proxy-kill-{}", ns.name()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("state.json");
+        let owned = dir.join("owned.ledger");
+        let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+        write_state(&config, &first);
+        let log = dir.join("proxy.log");
+        let mut child = Command::new(&bin)
+            .args(["--config", config.to_str().unwrap(), "--netns", ns.name()])
+            .args(["--device", "kp-ipvs0", "--owned", owned.to_str().unwrap()])
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mini-proxy");
+        let start = Instant::now();
+        loop {
+            let reached = match point {
+                KillPoint::Claimed => {
+                    first_entry(&owned).is_some_and(|l| l.starts_with("claiming "))
+                }
+                KillPoint::AddsUnderWay => h.get_service(&first_key).is_ok(),
+                KillPoint::Settled => first_entry(&owned).is_some_and(|l| l.starts_with("owned ")),
+                KillPoint::RealServersUnderWay => {
+                    h.list_destinations(&middle).is_ok_and(|d| !d.is_empty())
+                }
+            };
+            if reached {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{point:?} never reached:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the proxy exited early"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().unwrap();
+        let at_kill = big_table(&h);
+        let real_servers: usize = at_kill.values().map(|(_, d)| d.len()).sum();
+        println!(
+            "{point:?}: killed with {} services and {real_servers} real servers in the kernel",
+            at_kill.len()
+        );
+        // Restarted with its ledger and every endpoint moved.
+        write_state(&config, &second);
+        let log = run_once(&bin, &ns, &config, Some(&owned));
+        assert!(!log.contains("conflict:"), "{point:?}:\n{log}");
+        let got = table(&h);
+        assert!(
+            got == want,
+            "{point:?}: the table is not the desired one\n{log}"
+        );
+        let kept = ledger(&owned);
+        assert_eq!(kept.len(), usize::from(KILL_SERVICES), "{point:?}");
+        assert!(kept.iter().all(|(_, o)| o == Ownership::Owned), "{point:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

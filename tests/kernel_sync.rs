@@ -910,3 +910,89 @@ fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
         assert!(!s.owned().contains(key));
     }
 }
+
+/// A claimed service add the kernel refuses (here: a scheduler it does not
+/// have) gets no real servers: they are counted as withheld, not sent to
+/// fail with "no such service" (or, had another tool made the service in
+/// between, to land on it), and the ledger keeps nothing of the claim.
+#[test]
+fn a_refused_claim_gets_no_real_servers() {
+    let (_ns, h) = setup();
+    let mut desired = cluster(2, 2, 1);
+    let odd = ServiceKey::tcp(sa("10.96.9.1:80"));
+    let rs = |i: u8| RealServer::new(sa(&format!("10.244.9.{i}:8080")));
+    desired
+        .insert(
+            VirtualServer::new(odd).with_scheduler(Scheduler::from_name("ipvsctlnone")),
+            [rs(1), rs(2)],
+        )
+        .unwrap();
+    let mut s = Syncer::new(&h);
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    let failed: Vec<&Op> = r.failed.iter().map(|f| &f.op).collect();
+    assert!(
+        matches!(failed.as_slice(), [Op::AddService(vs)] if vs.key == odd),
+        "{r:#?}"
+    );
+    assert!(
+        matches!(r.failed[0].error, Error::UnknownScheduler { .. }),
+        "{r:#?}"
+    );
+    assert_eq!(r.withheld, 2, "{r:#?}");
+    assert_eq!(r.writes_sent, 3 + 4);
+    assert_eq!((r.services.added, r.destinations.added), (2, 4));
+    assert!(s.ledger().get(&odd).is_none());
+    assert!(!dump(&h).contains_key(&odd));
+}
+
+/// An owned service deleted behind the syncer's back leaves its ledger as
+/// soon as a read shows it gone, and the store hears of it; the same key
+/// made later by another tool is someone else's: a syncer that no longer
+/// desires it leaves it alone, before and after a restart with the saved
+/// ledger.
+#[test]
+fn an_owned_service_deleted_by_hand_and_made_again_by_another_tool_is_left_alone() {
+    use ipvsctl::sync::{Ledger, Ownership};
+    use std::sync::{Arc, Mutex};
+    let (ns, h) = setup();
+    let saved: Arc<Mutex<Ledger>> = Arc::default();
+    let store = |saved: &Arc<Mutex<Ledger>>| {
+        let saved = Arc::clone(saved);
+        move |l: &Ledger, _: &[ServiceKey]| {
+            *saved.lock().unwrap() = l.clone();
+            Ok(())
+        }
+    };
+    let desired = cluster(3, 2, 1);
+    let gone = ServiceKey::tcp(sa("10.96.0.2:80"));
+    let mut s = Syncer::new(&h).with_ledger(Ledger::new(), store(&saved));
+    assert!(s.sync(&desired, Verify::Services).unwrap().is_ok());
+    assert_eq!(saved.lock().unwrap().get(&gone), Some(Ownership::Owned));
+    // Deleted by hand, then dropped from the desired state.
+    ns.ipvsadm("-D -t 10.96.0.2:80");
+    let rest = without(&desired, &[gone]);
+    let r = s.sync(&rest, Verify::Services).unwrap();
+    assert!(r.is_ok() && r.writes_sent == 0, "{r:#?}");
+    assert_eq!(s.ledger().get(&gone), None);
+    assert_eq!(saved.lock().unwrap().get(&gone), None);
+    // Another tool makes the key.
+    ns.ipvsadm("-A -t 10.96.0.2:80 -s wlc");
+    ns.ipvsadm("-a -t 10.96.0.2:80 -r 192.0.2.10:80 -m -w 3");
+    let theirs = dump(&h).remove(&gone).expect("ipvsadm's service");
+    for verify in [Verify::None, Verify::Services, Verify::Full] {
+        let r = s.sync(&rest, verify).unwrap();
+        assert!(r.is_ok() && r.writes_sent == 0, "{verify:?}: {r:#?}");
+        assert_eq!(dump(&h).get(&gone), Some(&theirs), "{verify:?}");
+    }
+    // A restart with the saved ledger leaves it alone too.
+    drop(s);
+    let ledger = saved.lock().unwrap().clone();
+    let mut s = Syncer::new(&h).with_ledger(ledger, store(&saved));
+    let r = s.sync(&rest, Verify::Services).unwrap();
+    assert!(r.is_ok() && r.writes_sent == 0, "{r:#?}");
+    assert_eq!(dump(&h).get(&gone), Some(&theirs));
+    // Desired again, it is a conflict, not taken over.
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_eq!(r.conflicts.len(), 1, "{r:#?}");
+    assert_eq!(dump(&h).get(&gone), Some(&theirs));
+}

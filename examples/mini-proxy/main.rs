@@ -2,7 +2,8 @@
 //! IPVS part of a service proxy.
 //!
 //! ```text
-//! mini-proxy --config FILE [--owned FILE] [--netns NAME] [--device ipvs0] [--period SECS] [--cleanup] [--once]
+//! mini-proxy --config FILE [--owned FILE [--owned-start-over]] [--netns NAME] [--device ipvs0]
+//!            [--period SECS] [--cleanup] [--once]
 //! ```
 //!
 //! * checks the kernel modules at start and exits with the check's
@@ -20,13 +21,17 @@
 //!   which also repairs drift); one log line per sync, and one per
 //!   conflict (a desired service that exists and is not the proxy's: left
 //!   alone);
-//! * with `--owned FILE`, keeps the keys of the services it owns in FILE
-//!   (JSON, rewritten after every sync) and adopts those keys when it
-//!   starts, so a restarted proxy manages, and may delete, the services its
-//!   previous run created; without it, a restarted proxy reports them as
-//!   conflicts and leaves them alone;
+//! * with `--owned FILE`, keeps its ownership ledger in FILE
+//!   (`ipvsctl::sync::FileLedger`), written ahead of every service it
+//!   creates or deletes, so a restarted proxy, even one killed in the middle
+//!   of a sync, manages the services its previous run created and nothing
+//!   else; a missing FILE is a first start, a damaged one stops the proxy
+//!   until `--owned-start-over` moves it aside; without `--owned`, a
+//!   restarted proxy reports its old services as conflicts and leaves them
+//!   alone;
 //! * on SIGTERM or SIGINT exits cleanly; with `--cleanup` it first deletes
-//!   the services it owns, and only those, and the VIPs on its device.
+//!   the services it owns, and only those (a sync to nothing, so the ledger
+//!   records it), and the VIPs on its device.
 //!
 //! It runs no external program: VIPs over rtnetlink (`ipvsctl::vip`),
 //! sysctls through `ipvsctl::sysctl`, IPVS over generic netlink.
@@ -44,9 +49,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use ipvsctl::kmod;
-use ipvsctl::model::ServiceKey;
 use ipvsctl::nodeips::{self, Options};
-use ipvsctl::sync::{SyncOptions, SyncReport, Syncer, Verify};
+use ipvsctl::sync::{
+    DesiredState, FileLedger, Ledger, LedgerFileError, SyncOptions, SyncReport, Syncer, Verify,
+};
 use ipvsctl::vip::{VipDevice, VipReport};
 use ipvsctl::{Handle, NetNs};
 
@@ -58,6 +64,7 @@ struct Args {
     device: String,
     period: Duration,
     owned: Option<PathBuf>,
+    start_over: bool,
     cleanup: bool,
     once: bool,
 }
@@ -69,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
         device: "ipvs0".into(),
         period: Duration::from_secs(30),
         owned: None,
+        start_over: false,
         cleanup: false,
         once: false,
     };
@@ -87,6 +95,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("--period: {v:?} is not a number of seconds"))?;
                 args.period = Duration::from_secs(secs.max(1));
             }
+            "--owned-start-over" => args.start_over = true,
             "--cleanup" => args.cleanup = true,
             "--once" => args.once = true,
             other => return Err(format!("unknown argument {other:?}")),
@@ -94,6 +103,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.config.as_os_str().is_empty() {
         return Err("--config FILE is required".into());
+    }
+    if args.start_over && args.owned.is_none() {
+        return Err("--owned-start-over needs --owned FILE".into());
     }
     Ok(args)
 }
@@ -166,17 +178,23 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
         r.draining,
         r.writes_sent,
         r.reads_sent,
-        r.failed.len() + usize::from(r.aborted.is_some()),
+        r.failed.len() + usize::from(r.aborted.is_some()) + r.after_writes.len(),
         took.as_secs_f64() * 1e3
     );
     for c in &r.conflicts {
-        println!("  conflict: {:?} exists and is not ours: left alone", c.key);
+        println!(
+            "  conflict: {:?} exists and is not ours ({:?}): left alone",
+            c.key, c.reason
+        );
     }
     for f in r.root_failures() {
         println!("  failed: {:?}: {}", f.op, f.error);
     }
     if let Some(e) = &r.aborted {
         println!("  failed: {e}");
+    }
+    for e in &r.after_writes {
+        println!("  failed after the writes: {e}");
     }
 }
 
@@ -202,37 +220,43 @@ fn sync_once(
         .sync(&desired, verify)
         .map_err(|e| format!("sync: {e}"))?;
     log_sync(why, &report, start.elapsed());
-    save_owned(args, syncer)
+    Ok(())
 }
 
-/// The keys a previous run owned, from `--owned FILE` (none when the file
-/// does not exist yet).
-fn load_owned(args: &Args) -> Result<Vec<ServiceKey>, String> {
+/// A syncer resumed from the ledger in `--owned FILE` and saving into it
+/// (a first start when the file does not exist), or one without a ledger
+/// file.
+fn syncer(
+    args: &Args,
+    handle: &Arc<Handle>,
+    options: SyncOptions,
+) -> Result<Syncer<Arc<Handle>>, String> {
+    let syncer = Syncer::with_options(Arc::clone(handle), options);
     let Some(path) = &args.owned else {
-        return Ok(Vec::new());
+        return Ok(syncer);
     };
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            serde_json::from_slice(&bytes).map_err(|e| format!("--owned {}: {e}", path.display()))
+    let (store, ledger) = if args.start_over {
+        let store = FileLedger::start_over(path).map_err(|e| format!("--owned: {e}"))?;
+        println!(
+            "owned: started over with an empty ledger in {}",
+            path.display()
+        );
+        (store, Ledger::new())
+    } else {
+        match FileLedger::open(path) {
+            Ok((store, ledger)) => {
+                println!("owned: {} entries in {}", ledger.len(), path.display());
+                (store, ledger)
+            }
+            Err(LedgerFileError::Missing { .. }) => {
+                let store = FileLedger::create(path).map_err(|e| format!("--owned: {e}"))?;
+                println!("owned: a new ledger in {}", path.display());
+                (store, Ledger::new())
+            }
+            Err(e) => return Err(format!("--owned: {e} (or run with --owned-start-over)")),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(format!("--owned {}: {e}", path.display())),
-    }
-}
-
-/// Writes the owned keys to `--owned FILE` (a new file renamed over the old
-/// one, so a crash leaves one or the other whole).
-fn save_owned(args: &Args, syncer: &Syncer<Arc<Handle>>) -> Result<(), String> {
-    let Some(path) = &args.owned else {
-        return Ok(());
     };
-    let mut keys: Vec<ServiceKey> = syncer.owned().iter().copied().collect();
-    keys.sort();
-    let json = serde_json::to_vec(&keys).map_err(|e| format!("--owned: {e}"))?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, json)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("--owned {}: {e}", path.display()))
+    Ok(syncer.with_ledger(ledger, store))
 }
 
 /// What identifies a version of the file.
@@ -267,8 +291,7 @@ fn run() -> Result<(), String> {
     }
     let mut options = SyncOptions::default();
     options.plan.graceful_termination = true;
-    let mut syncer = Syncer::with_options(Arc::clone(&handle), options);
-    syncer.adopt(load_owned(&args)?);
+    let mut syncer = syncer(&args, &handle, options)?;
 
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -314,16 +337,15 @@ fn run() -> Result<(), String> {
     }
 
     if args.cleanup {
-        let owned: Vec<_> = syncer.owned().iter().copied().collect();
-        let mut removed = 0;
-        for key in &owned {
-            match handle.delete_service(key) {
-                Ok(()) => removed += 1,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => println!("cleanup: {key:?}: {e}"),
+        // A sync to nothing deletes exactly the owned services, and the
+        // ledger records each delete.
+        match syncer.sync(&DesiredState::new(), Verify::Services) {
+            Ok(r) => {
+                log_sync("cleanup", &r, Duration::ZERO);
+                println!("exit: removed {} owned services", r.services.deleted);
             }
+            Err(e) => println!("cleanup: {e}"),
         }
-        println!("exit: removed {removed} owned services");
         match vips.converge([]) {
             Ok(r) => println!("exit: removed {} VIPs from {}", r.removed.len(), r.device),
             Err(e) => println!("cleanup: {e}"),

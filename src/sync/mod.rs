@@ -63,9 +63,9 @@
 
 mod kernel;
 mod ledger;
+mod ledger_file;
 #[cfg(test)]
 mod ownership_tests;
-mod ledger_file;
 mod plan;
 mod read;
 mod state;

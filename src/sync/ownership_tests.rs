@@ -76,6 +76,11 @@ struct World {
     rng: u64,
     /// The next save fails (without a crash).
     fail_save: bool,
+    /// Reads of these services' real servers fail.
+    fail_reads: Vec<ServiceKey>,
+    /// Lookups fail once a write went out.
+    fail_lookups_after_writes: bool,
+    writes: usize,
     violations: Vec<String>,
 }
 
@@ -189,7 +194,7 @@ impl Kernel for Table {
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
         let w = self.0.lock().unwrap();
-        if w.crashed {
+        if w.crashed || (w.fail_lookups_after_writes && w.writes > 0) {
             return Err(crashed());
         }
         Ok(keys
@@ -209,6 +214,15 @@ impl Kernel for Table {
             return Err(crashed());
         }
         for (i, k) in keys.iter().enumerate() {
+            if w.fail_reads.contains(k) {
+                each(
+                    i,
+                    Err(Error::Lost {
+                        op: Operation::ListDestinations(*k),
+                    }),
+                );
+                continue;
+            }
             match w.table.get(k) {
                 Some(e) => each(
                     i,
@@ -243,6 +257,7 @@ impl Kernel for Table {
             if w.tick() {
                 return Err(crashed());
             }
+            w.writes += 1;
             let lost = w.lossy > 0 && (w.roll() % 8) < u64::from(w.lossy);
             let result = if lost {
                 let applies = w.roll().is_multiple_of(2);
@@ -606,4 +621,69 @@ fn a_claim_found_with_the_claimed_settings_is_taken_as_the_syncers_own() {
         .unwrap();
     assert!(report.conflicts.is_empty(), "{report:?}");
     assert_eq!(core.ledger.get(&key(0)), Some(Ownership::Owned));
+}
+
+#[test]
+fn a_failed_read_leaves_what_the_syncer_remembered_as_it_was() {
+    let world = Arc::new(Mutex::new(World::default()));
+    let mut desired = DesiredState::new();
+    desired.insert(agents(0, false), dests(1)).unwrap();
+    let mut core = agent(&world);
+    let mut table = Table(Arc::clone(&world));
+    assert!(
+        core.sync(&mut table, &desired, Verify::Services)
+            .unwrap()
+            .is_ok()
+    );
+    // Changed behind the syncer's back: another scheduler, another real
+    // server; then reading its real servers fails once.
+    {
+        let mut w = world.lock().unwrap();
+        let e = w.table.get_mut(&key(0)).unwrap();
+        e.vs = agents(0, true);
+        e.dests = dests(2).into_iter().map(|rs| (rs.addr, rs)).collect();
+        w.fail_reads = vec![key(0)];
+    }
+    assert!(core.sync(&mut table, &desired, Verify::Services).is_err());
+    assert_eq!(core.memory.get(&key(0)).unwrap().service, agents(0, false));
+    world.lock().unwrap().fail_reads.clear();
+    // The next sync reads it again and repairs both.
+    let r = core.sync(&mut table, &desired, Verify::Services).unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    let w = world.lock().unwrap();
+    assert_eq!(w.table[&key(0)].vs, agents(0, false));
+    let have: Vec<RealServer> = w.table[&key(0)].dests.values().copied().collect();
+    assert_eq!(have, dests(1));
+}
+
+#[test]
+fn a_failure_after_the_writes_is_in_the_report_not_an_err() {
+    let world = Arc::new(Mutex::new(World::default()));
+    let mut desired = DesiredState::new();
+    desired.insert(agents(0, false), dests(1)).unwrap();
+    desired.insert(agents(1, false), dests(1)).unwrap();
+    let mut core = agent(&world);
+    let mut table = Table(Arc::clone(&world));
+    assert!(
+        core.sync(&mut table, &desired, Verify::Services)
+            .unwrap()
+            .is_ok()
+    );
+    // Deleted behind its back; the trusting sync's real-server add fails,
+    // and the re-read to heal it fails too.
+    world.lock().unwrap().table.remove(&key(0));
+    world.lock().unwrap().fail_lookups_after_writes = true;
+    world.lock().unwrap().writes = 0;
+    desired.upsert(agents(0, false), dests(3)).unwrap();
+    desired.upsert(agents(1, false), dests(3)).unwrap();
+    let r = core.sync(&mut table, &desired, Verify::None).unwrap();
+    assert_eq!(r.destinations.added, 1, "{r:?}");
+    assert_eq!(r.retried.len(), 1, "{r:?}");
+    assert_eq!(r.after_writes.len(), 1, "{r:?}");
+    assert!(!r.is_ok());
+    // The next sync (reads working) recreates it.
+    world.lock().unwrap().fail_lookups_after_writes = false;
+    let r = core.sync(&mut table, &desired, Verify::None).unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(world.lock().unwrap().table[&key(0)].dests.len(), 2);
 }
