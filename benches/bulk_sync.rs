@@ -77,7 +77,9 @@
 //! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,memory` (the parts to run;
 //! default all), `IPVSCTL_BENCH_LARGE_RUNS=3`,
 //! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
-//! `IPVSCTL_BENCH_PAIRS`, `IPVSCTL_BENCH_INCR_PAIRS`.
+//! `IPVSCTL_BENCH_PAIRS`, `IPVSCTL_BENCH_INCR_PAIRS`,
+//! `IPVSCTL_BENCH_LEDGER=memory|file|none` (the syncers' ledger store,
+//! default `memory`).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -94,7 +96,8 @@ use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualSe
 use ipvsctl::netlink::netns::{NetNs, run_in};
 use ipvsctl::netlink::{DumpSize, GenlSocket};
 use ipvsctl::sync::{
-    self, DesiredState, Observed, PlanOptions, Scope, ServiceCheck, SyncOptions, Syncer, Verify,
+    self, DesiredState, FileLedger, Ledger, Observed, PlanOptions, Scope, ServiceCheck,
+    SyncOptions, Syncer, Verify,
 };
 use ipvsctl::{BatchMode, Handle};
 
@@ -319,12 +322,42 @@ fn settle() {
 fn sync_cold(ns: &Ns, d: &DesiredState, mode: BatchMode) -> Duration {
     let h = ns.handle();
     let t = Instant::now();
-    let mut s = Syncer::with_options(&h, SyncOptions::default().with_mode(mode));
+    let mut s = with_ledger(Syncer::with_options(
+        &h,
+        SyncOptions::default().with_mode(mode),
+    ));
     let r = s.sync(d, Verify::Services).expect("sync");
     let e = t.elapsed();
     assert!(r.is_ok(), "cold sync failed: {:?}", r.failed.first());
     assert_eq!(r.writes_sent, d.len() + d.destination_count());
     e
+}
+
+/// The syncer with the ownership ledger store `IPVSCTL_BENCH_LEDGER` names:
+/// `memory` (the default: a copy of the ledger kept at each save, as an
+/// agent's own store would), `file` (a `FileLedger` in a new temporary
+/// directory; in the guest that is on tmpfs, so `fsync` costs nothing) or
+/// `none` (a syncer without a store).
+fn with_ledger(s: Syncer<&Handle>) -> Syncer<&Handle> {
+    match std::env::var("IPVSCTL_BENCH_LEDGER").as_deref() {
+        Ok("none") => s,
+        Ok("file") => {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("ipvsctl-bench-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("ledger directory");
+            let store = FileLedger::create(dir.join("ledger")).expect("ledger file");
+            s.with_ledger(Ledger::new(), store)
+        }
+        _ => {
+            let mut saved = Ledger::new();
+            s.with_ledger(Ledger::new(), move |l: &Ledger, _: &[ServiceKey]| {
+                saved.clone_from(l);
+                Ok(())
+            })
+        }
+    }
 }
 
 /// The raw replay: every request of the cold apply pre-encoded into
@@ -719,7 +752,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
     // Resyncs and reads on one namespace holding the state.
     let ns = Ns::new();
     let h = ns.handle();
-    let mut syncer = Syncer::new(&h);
+    let mut syncer = with_ledger(Syncer::new(&h));
     assert!(syncer.sync(&base, Verify::Services).expect("setup").is_ok());
     let mut raw = RawRead::new(&ns, &base);
     if part("resync") {
@@ -1121,7 +1154,7 @@ fn memory_child(n: usize) {
     let ns = Ns::new();
     let h = ns.handle();
     let d = desired(n, false, false);
-    let mut s = Syncer::new(&h);
+    let mut s = with_ledger(Syncer::new(&h));
     assert!(s.sync(&d, Verify::Services).expect("sync").is_ok());
     assert_eq!(s.sync(&d, Verify::Full).expect("resync").writes_sent, 0);
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -593,8 +593,8 @@ fn a_service_deleted_by_hand_is_not_the_proxys_when_another_tool_makes_it_again(
 
 /// How many services (on one VIP, one port each) and endpoints each the
 /// kill test's proxy syncs.
-const KILL_SERVICES: u16 = 3000;
-const KILL_ENDPOINTS: u8 = 4;
+const KILL_SERVICES: u16 = 2000;
+const KILL_ENDPOINTS: u8 = 2;
 
 /// The kill test's state: every service's endpoints in `10.{generation}.x.y`.
 fn many_services(generation: u8) -> (String, Table) {

@@ -14,15 +14,20 @@
 //! * [`Syncer`] — reads (or trusts its memory, see [`Verify`]), plans (the
 //!   whole desired state with [`Syncer::sync`], or only the services the
 //!   desired state recorded as changed with [`Syncer::sync_changes`]),
-//!   applies pipelined through [`Handle::apply_with`](crate::Handle::apply_with),
-//!   remembers what the kernel acknowledged, self-heals when the kernel
-//!   disagrees, and reports every count and failure ([`SyncReport`]).
+//!   writes pipelined on a socket of its own, remembers what the kernel
+//!   acknowledged, self-heals when the kernel disagrees, and reports every
+//!   count and failure ([`SyncReport`]);
+//! * [`Ledger`] — what the syncer owns and what it is about to create or
+//!   delete, saved ahead of the writes through a [`LedgerStore`]
+//!   ([`FileLedger`], or your own) so that a restarted agent owns exactly
+//!   what it made, even after a crash mid-sync.
 //!
 //! # Scope
 //!
 //! A sync never touches a service outside its [`Scope`]: by default only the
-//! services it created itself (or was told to [`Syncer::adopt`]), so
-//! keepalived, Docker or another proxy can share the namespace. A desired
+//! services its [`Ledger`] says it created (or was told to
+//! [`Syncer::adopt`]), so keepalived, Docker or another proxy can share the
+//! namespace. A desired
 //! service whose key is already taken by someone else's service is reported
 //! as a [`SyncConflict`] and left alone, not taken over. [`Scope::Filter`]
 //! adds a predicate (a service address range, a firewall-mark range) and
