@@ -89,16 +89,18 @@
 //! `ipvsadm`'s defaults, [`RealServer::new`](model::RealServer::new) routes
 //! directly with weight 1 as `ipvsadm -a` does); going further is an explicit
 //! option. Nothing is deleted that the caller did not say is theirs: a
-//! [`Syncer`](sync::Syncer) deletes only services it was given, unless told
-//! otherwise ([`Scope`](sync::Scope)).
+//! [`Syncer`](sync::Syncer) changes and deletes only the services its
+//! [`Ledger`](sync::Ledger) says it made or was given, unless told otherwise
+//! ([`Scope`](sync::Scope)), and with a [`LedgerStore`](sync::LedgerStore)
+//! that record survives a crash.
 //!
 //! # Features
 //!
 //! * `serde`: `Serialize` and `Deserialize` for the model types (desired
 //!   states read from files; the `mini-proxy` example uses it).
 //! * `arbitrary`: `arbitrary::Arbitrary` for the model types, for fuzzing.
-//! * `tokio`: [`asynchronous`], an async front: [`AsyncHandle`](asynchronous::AsyncHandle)
-//!   and [`AsyncSyncer`](asynchronous::AsyncSyncer), each running its
+//! * `tokio`: the module `asynchronous`, an async front: `AsyncHandle`
+//!   and `AsyncSyncer`, each running its
 //!   operations in order on a worker thread of its own, so async code never
 //!   blocks on the kernel. Without it, call the blocking [`Handle`] from
 //!   `spawn_blocking`.
