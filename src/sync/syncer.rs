@@ -327,12 +327,17 @@ impl SyncReport {
 /// agent killed anywhere in a sync owns, after its restart, every service it
 /// made, and nothing else.
 ///
-/// One case cannot be told apart: another tool creating a service with the
-/// same key *and the very same settings* while the ledger records it as
-/// claiming (between the save ahead of the add and the save after its
-/// answer) and the syncer stopping before that second save. The restarted
-/// syncer then takes that service for its own, as it would its own; nothing
-/// in the kernel distinguishes them.
+/// Two cases cannot be told apart, since the kernel keeps no owner:
+///
+/// * another tool creating a service with the same key *and the very same
+///   settings* while the ledger records it as claiming (between the save
+///   ahead of the add and the save after its answer), and the syncer
+///   stopping before that second save: the restarted syncer takes that
+///   service for its own;
+/// * an owned service deleted and created again by another tool before the
+///   syncer read the table (a [`Verify::Services`] or [`Verify::Full`] sync
+///   reads it; [`Verify::None`] does not): the syncer takes the new service
+///   for its own, changed behind its back, and repairs it.
 ///
 /// Without a store the ledger lives in memory only: a restarted syncer owns
 /// nothing, and the services its previous run created are conflicts until
@@ -930,7 +935,12 @@ impl Core {
         // Planned apart from the rest (`Order::ClaimsApart`).
         let claims = std::mem::take(&mut plan.claims);
         let mut rest = std::mem::take(&mut plan.ops);
-        if !self.record_ahead(&claims, &rest, report)? {
+        let services = plan.counts.services;
+        // A plan that touches real servers only needs no save ahead of it:
+        // the ledger's changes (services seen gone) are saved after it.
+        if services.added + services.updated + services.deleted > 0
+            && !self.record_ahead(&claims, &rest, report)?
+        {
             return Ok(Vec::new());
         }
         let mut retry = Vec::new();
@@ -972,9 +982,11 @@ impl Core {
     }
 
     /// Records the plan's claims and the releases of its service deletes in
-    /// the ledger and saves it, ahead of the writes. `Ok(false)`: the save
-    /// failed after the sync had written (the error is in the report), so
-    /// this plan is not sent; `Err`: it failed before anything was written.
+    /// the ledger and saves it, with every change not saved yet (adds
+    /// settled by an earlier sync whose save failed, before their services
+    /// are updated), ahead of the writes. `Ok(false)`: the save failed after
+    /// the sync had written (the error is in the report), so this plan is
+    /// not sent; `Err`: it failed before anything was written.
     fn record_ahead(
         &mut self,
         claims: &[Op],
