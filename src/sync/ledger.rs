@@ -370,6 +370,18 @@ impl Ledger {
         Ok(())
     }
 
+    /// Gives back the room a large batch of claims took, once they settled:
+    /// a cold sync of 50,000 services would otherwise keep megabytes of it
+    /// for good.
+    pub(crate) fn shrink(&mut self) {
+        if self.pending.capacity() > 64 && self.pending.len() < self.pending.capacity() / 4 {
+            self.pending.shrink_to_fit();
+        }
+        if self.unsaved.capacity() > 64 && self.unsaved.len() < self.unsaved.capacity() / 4 {
+            self.unsaved.shrink_to_fit();
+        }
+    }
+
     /// Marks every change as saved (a syncer without a store).
     pub(crate) fn forget_unsaved(&mut self) {
         self.unsaved.clear();

@@ -912,7 +912,9 @@ impl Core {
         if !retry.is_empty() {
             self.heal(kernel, desired, retry, &mut report);
         }
-        if let Err(e) = self.save() {
+        let saved = self.save();
+        self.ledger.shrink();
+        if let Err(e) = saved {
             if report.writes_sent == 0 {
                 return Err(e);
             }
