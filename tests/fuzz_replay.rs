@@ -136,6 +136,19 @@ fn pipeline_corpus() {
     replay_target("pipeline");
 }
 
+#[test]
+fn ledger_file_corpus() {
+    // The check's files go once the replay is done, whether it passed or not.
+    struct RemoveFiles;
+    impl Drop for RemoveFiles {
+        fn drop(&mut self) {
+            checks::remove_ledger_files();
+        }
+    }
+    let _remove = RemoveFiles;
+    replay_target("ledger_file");
+}
+
 /// Every target in `fuzz/fuzz_targets/` is in `checks::TARGETS` and has a
 /// replay test here, and the other way round: a target cannot be added
 /// without its corpus being replayed. Every directory of `tests/fuzz/corpus/`

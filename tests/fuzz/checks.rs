@@ -18,6 +18,8 @@
 use std::alloc::System;
 use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Result as ArbResult, Unstructured};
 use ipvsctl::Op;
@@ -28,7 +30,10 @@ use ipvsctl::model::{
     RealServer, Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap,
     TunnelFlags, VirtualServer, validate_destination,
 };
-use ipvsctl::sync::{self, DesiredState, Observed, ObservedDest, ObservedService, PlanOptions};
+use ipvsctl::sync::{
+    self, DesiredState, FileLedger, LedgerFileError, LedgerStore, Observed, ObservedDest,
+    ObservedService, PlanOptions,
+};
 
 // The ipvsadm-lite example's pure modules (rule parser, listings, `-R`
 // table), included as its own tests include them.
@@ -98,6 +103,12 @@ pub const TARGETS: &[Target] = &[
         check: pipeline,
         base: 256 << 10,
         per_byte: 1024,
+    },
+    Target {
+        name: "ledger_file",
+        check: ledger_file,
+        base: 64 << 10,
+        per_byte: 256,
     },
 ];
 
@@ -1270,4 +1281,110 @@ fn fuzz_datagram(u: &mut Unstructured<'_>, base: u32, port: u32) -> Vec<u8> {
         out.extend_from_slice(&payload);
     }
     out
+}
+
+// ---------------------------------------------------------------------------
+// ledger_file: any bytes as the file of a `sync::FileLedger`.
+
+/// The files of the `ledger_file` check: a directory of this process under
+/// the system's temp directory, reused for every input.
+struct LedgerFiles {
+    dir: PathBuf,
+    /// Each input is written here and opened.
+    input: PathBuf,
+    /// The ledger read from an input is saved here.
+    saved: PathBuf,
+}
+
+fn ledger_files() -> &'static LedgerFiles {
+    static FILES: OnceLock<LedgerFiles> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ipvsctl-fuzz-ledger-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        LedgerFiles {
+            input: dir.join("input"),
+            saved: dir.join("saved"),
+            dir,
+        }
+    })
+}
+
+/// Removes the `ledger_file` check's directory (the replay test, once done;
+/// a fuzzer process ends without it and leaves a few small files).
+pub fn remove_ledger_files() {
+    let _ = std::fs::remove_dir_all(&ledger_files().dir);
+}
+
+/// Any bytes as a ledger file: `FileLedger::open` never panics. An error
+/// names the file, in its message and `path()`, and is one of the typed
+/// errors of a file that exists and is readable (`Empty` exactly for no
+/// bytes, `Corrupt` on a line of the file, `Version` naming a version other
+/// than the one read). A ledger read is saved through a `FileLedger` at a
+/// second path, reads back equal from there, and saved again gives the same
+/// bytes: the format is canonical.
+pub fn ledger_file(data: &[u8]) {
+    let files = ledger_files();
+    if std::fs::write(&files.input, data).is_err() {
+        std::fs::create_dir_all(&files.dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", files.dir.display()));
+        std::fs::write(&files.input, data)
+            .unwrap_or_else(|e| panic!("{}: {e}", files.input.display()));
+    }
+    let ledger = match FileLedger::open(&files.input) {
+        Ok((_, ledger)) => ledger,
+        Err(e) => return ledger_file_error(&e, &files.input, data),
+    };
+
+    let _ = std::fs::remove_file(&files.saved);
+    let mut store = FileLedger::create(&files.saved)
+        .unwrap_or_else(|e| panic!("creating the second ledger file: {e}"));
+    store
+        .save(&ledger, &[])
+        .unwrap_or_else(|e| panic!("saving a ledger that was read: {e}\n{ledger:?}"));
+    let (mut again_store, again) = FileLedger::open(&files.saved)
+        .unwrap_or_else(|e| panic!("a saved ledger does not read back: {e}\n{ledger:?}"));
+    assert_eq!(
+        again, ledger,
+        "the ledger changed on its way through a save"
+    );
+    let first = read_saved(&files.saved);
+    again_store
+        .save(&again, &[])
+        .unwrap_or_else(|e| panic!("saving a ledger read back: {e}\n{again:?}"));
+    let second = read_saved(&files.saved);
+    assert!(
+        first == second,
+        "saved twice, different bytes:\n{}\n---\n{}",
+        String::from_utf8_lossy(&first),
+        String::from_utf8_lossy(&second)
+    );
+}
+
+fn read_saved(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// What an error of `FileLedger::open` on `data`, written to `path`, must be.
+fn ledger_file_error(e: &LedgerFileError, path: &Path, data: &[u8]) {
+    let text = e.to_string();
+    assert!(
+        text.contains(&path.display().to_string()),
+        "the message does not name the file: {text}"
+    );
+    assert_eq!(e.path(), path, "path() of {e:?}");
+    match e {
+        LedgerFileError::Empty { .. } => assert!(data.is_empty(), "{e}"),
+        LedgerFileError::Corrupt { line, reason, .. } => {
+            assert!(!data.is_empty(), "{e}");
+            // A file cut before its end line is corrupt on the line after
+            // its last.
+            let lines = data.split(|&b| b == b'\n').count();
+            assert!((1..=lines).contains(line), "line {line} of {lines}: {e}");
+            assert!(!reason.is_empty(), "{e:?}");
+        }
+        LedgerFileError::Version { found, .. } => {
+            assert!(!found.is_empty() && found != "1", "{e:?}");
+        }
+        other => panic!("not an error of a readable file's content: {other:?}"),
+    }
 }
