@@ -16,7 +16,7 @@ use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -108,20 +108,50 @@ impl TestNetns {
         c
     }
 
+    /// `program args` inside the namespace, ready to start: through
+    /// [`TestNetns::command`], except that `ip` itself becomes `ip -n NAME
+    /// args`, which `ip` documents as the same as `ip netns exec NAME ip
+    /// args` (it switches the network namespace and mounts that namespace's
+    /// /sys), in one process instead of two. Under QEMU's TCG every process
+    /// start costs a tenth of a second or more, and the tests run `ip`
+    /// hundreds of times.
+    fn command_with(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = if program == "ip" {
+            let mut c = Command::new(tool("ip"));
+            c.args(["-n", &self.name]);
+            c
+        } else {
+            self.command(program)
+        };
+        c.args(args);
+        c
+    }
+
     /// Runs `program args` inside the namespace and returns its stdout.
     /// Panics, showing the command, its status, stdout and stderr, unless it
     /// exits with status 0.
     pub fn run(&self, program: &str, args: &[&str]) -> String {
-        let mut c = self.command(program);
-        c.args(args);
-        check(&mut c)
+        check(&mut self.command_with(program, args))
+    }
+
+    /// Runs `ip -batch -` inside the namespace with `commands`, one `ip`
+    /// command line each (without the leading `ip`), in order; one process
+    /// for all of them. Stops at the first command that fails and panics,
+    /// showing it (ip names the failing line), like [`TestNetns::run`].
+    pub fn ip_batch(&self, commands: &[String]) -> String {
+        let mut c = self.command_with("ip", &["-batch", "-"]);
+        let script = commands.join("\n") + "\n";
+        let out = feed(&mut c, &script);
+        if !out.status.success() {
+            panic!("{}\n--- commands ---\n{script}", failure(&c, &out));
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Runs `program args` inside the namespace and returns its output,
     /// whatever the exit status.
     pub fn output(&self, program: &str, args: &[&str]) -> Output {
-        let mut c = self.command(program);
-        c.args(args);
+        let mut c = self.command_with(program, args);
         c.output()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", describe(&c)))
     }
@@ -129,8 +159,7 @@ impl TestNetns {
     /// Runs `program args` inside the namespace; `Ok(stdout)` on status 0,
     /// else `Err` with the command, status and stderr.
     pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let mut c = self.command(program);
-        c.args(args);
+        let mut c = self.command_with(program, args);
         let out = c
             .output()
             .map_err(|e| format!("cannot start {}: {e}", describe(&c)))?;
@@ -180,8 +209,15 @@ impl Drop for TestNetns {
             // The kernel empties a deleted namespace's table later, from a
             // work queue, outside any lock a test holds; emptied here, under
             // `shared_change`, it cannot skew another test's exact read.
+            // (Started from a thread in the namespace rather than through
+            // `ip netns exec`: one process start fewer; ipvsadm only talks
+            // netlink.)
             let _change = shared_change();
-            let _ = self.command("ipvsadm").arg("-C").output();
+            let mut clear = Command::new(tool("ipvsadm"));
+            clear.arg("-C");
+            let _ = ipvsctl::netlink::netns::run_in(&ipvsctl::NetNs::path(&self.path), || {
+                clear.output()
+            });
         }
         let out = Command::new(tool("ip"))
             .args(["netns", "delete", &self.name])
@@ -269,6 +305,27 @@ pub fn check(cmd: &mut Command) -> String {
         panic!("{}", failure(cmd, &out));
     }
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `cmd` with `input` on its stdin and its stdout and stderr captured;
+/// panics only if it cannot be started.
+pub fn feed(cmd: &mut Command, input: &str) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", describe(cmd)));
+    // Written whole before the output is read: the commands fed here print
+    // little, and ip reads its batch as it goes.
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .unwrap_or_else(|e| panic!("write to {}: {e}", describe(cmd)));
+    drop(stdin);
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait for {}: {e}", describe(cmd)))
 }
 
 /// Runs `program args` in the test's own namespace; see [`check`].
@@ -412,29 +469,20 @@ pub fn example_binary(name: &str) -> PathBuf {
 /// A veth pair between `router` (device `dev`, address `r_addr/24`) and
 /// `other` (device `eth0`, address `o_addr/24`, default route via the router).
 pub fn link(router: &TestNetns, other: &TestNetns, dev: &str, r_addr: &str, o_addr: &str) {
-    other.run(
-        "ip",
-        &[
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            dev,
-            "netns",
-            router.name(),
-        ],
-    );
-    other.run(
-        "ip",
-        &["addr", "add", &format!("{o_addr}/24"), "dev", "eth0"],
-    );
-    other.run("ip", &["link", "set", "eth0", "up"]);
-    other.run("ip", &["route", "add", "default", "via", r_addr]);
-    router.run("ip", &["addr", "add", &format!("{r_addr}/24"), "dev", dev]);
-    router.run("ip", &["link", "set", dev, "up"]);
+    // One `ip -batch` per side: the same commands in the same order.
+    other.ip_batch(&[
+        format!(
+            "link add eth0 type veth peer name {dev} netns {}",
+            router.name()
+        ),
+        format!("addr add {o_addr}/24 dev eth0"),
+        "link set eth0 up".to_owned(),
+        format!("route add default via {r_addr}"),
+    ]);
+    router.ip_batch(&[
+        format!("addr add {r_addr}/24 dev {dev}"),
+        format!("link set {dev} up"),
+    ]);
 }
 
 /// A fresh directory under the system temp dir (`ipvsctl-test-TAG-PID-N`),
