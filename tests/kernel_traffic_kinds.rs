@@ -233,22 +233,24 @@ fn decapsulate_on_backends(lab: &Lab, tunnel: Tunnel, family: AddressFamily) {
     lab.router
         .run("sysctl", &["-qw", "net.ipv4.conf.all.accept_local=1"]);
     for (i, b) in lab.backends.iter().enumerate() {
-        let local = Lab::backend_addr(i, 0, family).ip().to_string();
-        let mut add = vec!["link", "add", "ipvs0", "type", kind, "local", &local];
+        // One `ip -batch` and one `sysctl` per backend.
+        let local = Lab::backend_addr(i, 0, family).ip();
+        let mut ip = vec![format!("link add ipvs0 type {kind} local {local}")];
         if family == AddressFamily::Inet6 {
-            add.extend(["remote", "::", "mode", "ip6ip6"]);
+            ip[0].push_str(" remote :: mode ip6ip6");
         }
-        b.run("ip", &add);
-        b.run("ip", &["link", "set", "ipvs0", "up"]);
+        ip.push("link set ipvs0 up".to_owned());
         if let TunnelEncap::Gue { port } = tunnel.encap {
-            b.run("ip", &["fou", "add", "port", &port.to_string(), "gue"]);
+            ip.push(format!("fou add port {port} gue"));
         }
-        for conf in ["all", "default", "ipvs0", "eth0"] {
-            b.run(
-                "sysctl",
-                &["-qw", &format!("net.ipv4.conf.{conf}.rp_filter=0")],
-            );
-        }
+        b.ip_batch(&ip);
+        let off: Vec<String> = ["all", "default", "ipvs0", "eth0"]
+            .iter()
+            .map(|conf| format!("net.ipv4.conf.{conf}.rp_filter=0"))
+            .collect();
+        let mut args = vec!["-qw"];
+        args.extend(off.iter().map(String::as_str));
+        b.run("sysctl", &args);
     }
 }
 

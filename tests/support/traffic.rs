@@ -120,8 +120,14 @@ impl Lab {
     pub fn new(n: usize, port: u16, vip_on_backends: bool) -> Lab {
         let router = TestNetns::with_ipvs();
         let client = TestNetns::new();
-        router.run("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
-        router.run("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);
+        router.run(
+            "sysctl",
+            &[
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv6.conf.all.forwarding=1",
+            ],
+        );
         add_vips(&router);
         link(
             &router,
@@ -413,58 +419,36 @@ fn fresh_source(to: SocketAddr) -> SocketAddr {
 
 /// Both VIPs on `ns`'s `lo`.
 fn add_vips(ns: &TestNetns) {
-    ns.run("ip", &["addr", "add", &format!("{VIP4}/32"), "dev", "lo"]);
-    ns.run(
-        "ip",
-        &["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo"],
-    );
+    ns.ip_batch(&[
+        format!("addr add {VIP4}/32 dev lo"),
+        format!("addr add {VIP6}/128 dev lo"),
+    ]);
 }
 
 /// A veth pair between `router` (device `dev`) and `other` (device `eth0`,
 /// default routes via the router), with `(router, other)` addresses in /24
 /// for IPv4 and /64 for IPv6. IPv6 addresses skip duplicate address
 /// detection, which would keep them unusable for a second or more.
+/// One `ip -batch` per side, the commands in the order they always ran (a
+/// batch line takes no `-6`: the IPv6 ones name IPv6 addresses, and the
+/// IPv6 default route is written `::/0`).
 pub fn link(router: &TestNetns, other: &TestNetns, dev: &str, v4: (&str, &str), v6: (&str, &str)) {
-    let veth = ["link", "add", "eth0", "type", "veth", "peer", "name", dev];
-    let mut args = veth.to_vec();
-    args.extend(["netns", router.name()]);
-    other.run("ip", &args);
-    other.run(
-        "ip",
-        &["addr", "add", &format!("{}/24", v4.1), "dev", "eth0"],
-    );
-    other.run(
-        "ip",
-        &[
-            "-6",
-            "addr",
-            "add",
-            &format!("{}/64", v6.1),
-            "dev",
-            "eth0",
-            "nodad",
-        ],
-    );
-    other.run("ip", &["link", "set", "eth0", "up"]);
-    other.run("ip", &["route", "add", "default", "via", v4.0]);
-    other.run(
-        "ip",
-        &["-6", "route", "add", "default", "via", v6.0, "dev", "eth0"],
-    );
-    router.run("ip", &["addr", "add", &format!("{}/24", v4.0), "dev", dev]);
-    router.run(
-        "ip",
-        &[
-            "-6",
-            "addr",
-            "add",
-            &format!("{}/64", v6.0),
-            "dev",
-            dev,
-            "nodad",
-        ],
-    );
-    router.run("ip", &["link", "set", dev, "up"]);
+    other.ip_batch(&[
+        format!(
+            "link add eth0 type veth peer name {dev} netns {}",
+            router.name()
+        ),
+        format!("addr add {}/24 dev eth0", v4.1),
+        format!("addr add {}/64 dev eth0 nodad", v6.1),
+        "link set eth0 up".to_owned(),
+        format!("route add default via {}", v4.0),
+        format!("route add ::/0 via {} dev eth0", v6.0),
+    ]);
+    router.ip_batch(&[
+        format!("addr add {}/24 dev {dev}", v4.0),
+        format!("addr add {}/64 dev {dev} nodad", v6.0),
+        format!("link set {dev} up"),
+    ]);
 }
 
 /// A socket of `proto` and `family` in the calling thread's namespace.
