@@ -25,7 +25,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ipvsctl::model::{
     AddressFamily, DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Stats, VirtualServer,
@@ -504,10 +504,16 @@ const ESTIMATOR_PERIOD: Duration = Duration::from_millis(2_500);
 /// The counters a connection check compares.
 pub type Counters = (u64, u64, u64, u64, u64);
 
-/// Reads the service and its destinations until two reads one estimator
-/// period apart agree and the service counted `total` connections (so the
-/// estimator has folded in every packet, including the last FINs), or 25 s
-/// have passed; returns the last read.
+/// How often [`stable_stats`] reads the counters while it waits.
+const STATS_POLL: Duration = Duration::from_millis(250);
+
+/// Reads the service and its destinations until the reads have agreed for
+/// a whole estimator period (every read in it the same, so the estimator
+/// ran at least once in between and had nothing new to fold in, including
+/// the last FINs) and the service counted `total` connections, or 25 s have
+/// passed; returns the last read. Reading every [`STATS_POLL`] instead of
+/// once per period ends the wait one period after the last change rather
+/// than at the next period boundary after that.
 pub fn stable_stats(
     lab: &Lab,
     key: &ServiceKey,
@@ -521,11 +527,15 @@ pub fn stable_stats(
         let d: Vec<_> = r.1.values().map(|d| counters(&d.stats)).collect();
         (counters(&r.0), d)
     };
+    let start = Instant::now();
     let mut prev = read();
-    for _ in 0..10 {
-        std::thread::sleep(ESTIMATOR_PERIOD);
+    let mut same_since = Instant::now();
+    while start.elapsed() < 10 * ESTIMATOR_PERIOD {
+        std::thread::sleep(STATS_POLL);
         let cur = read();
-        if view(&cur) == view(&prev) && cur.0.conns == total {
+        if view(&cur) != view(&prev) {
+            same_since = Instant::now();
+        } else if same_since.elapsed() >= ESTIMATOR_PERIOD && cur.0.conns == total {
             return cur;
         }
         prev = cur;
