@@ -636,8 +636,9 @@ enum KillPoint {
     RealServersUnderWay,
 }
 
-/// The kernel's table when nothing changes it, its real servers read
-/// pipelined (thousands of one-by-one dumps take long under emulation).
+/// The kernel's table, its real servers read pipelined (thousands of
+/// one-by-one dumps take long under emulation). Its service dump is not a
+/// snapshot while other namespaces change (see the kill test).
 fn big_table(h: &Handle) -> Table {
     let services = h.list_services().expect("list services");
     let keys: Vec<ServiceKey> = services.iter().map(|s| s.service.key).collect();
@@ -739,11 +740,19 @@ fn a_proxy_killed_during_its_first_sync_converges_on_everything_after_a_restart(
         write_state(&config, &second);
         let log = run_once(&bin, &ns, &config, Some(&owned));
         assert!(!log.contains("conflict:"), "{point:?}:\n{log}");
-        let got = table(&h);
-        assert!(
-            got == want,
-            "{point:?}: the table is not the desired one\n{log}"
-        );
+        // A service dump of this size takes several passes, which the
+        // kernel resumes by a position shared with every namespace: other
+        // tests' proxies changing their tables meanwhile can make one read
+        // skip or repeat services. The table is final; read it again.
+        let mut reads = 1;
+        while big_table(&h) != want {
+            assert!(
+                reads < 10,
+                "{point:?}: the table is not the desired one\n{log}"
+            );
+            reads += 1;
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let kept = ledger(&owned);
         assert_eq!(kept.len(), usize::from(KILL_SERVICES), "{point:?}");
         assert!(kept.iter().all(|(_, o)| o == Ownership::Owned), "{point:?}");
