@@ -915,10 +915,7 @@ impl Core {
         let saved = self.save();
         self.ledger.shrink();
         if let Err(e) = saved {
-            if report.writes_sent == 0 {
-                return Err(e);
-            }
-            report.after_writes.push(e);
+            err_or_report(&mut report, e)?;
         }
         Ok(report)
     }
@@ -1023,10 +1020,7 @@ impl Core {
                 _ => {}
             }
         }
-        if report.writes_sent == 0 {
-            return Err(e);
-        }
-        report.after_writes.push(e);
+        err_or_report(report, e)?;
         Ok(false)
     }
 
@@ -1360,6 +1354,17 @@ impl Core {
         self.known = true;
         Ok(())
     }
+}
+
+/// An error of the sync's own steps: `Err` while nothing of the sync was
+/// written, otherwise kept in [`SyncReport::after_writes`] (a sync that
+/// wrote always returns its report).
+fn err_or_report(report: &mut SyncReport, e: Error) -> Result<()> {
+    if report.writes_sent == 0 {
+        return Err(e);
+    }
+    report.after_writes.push(e);
+    Ok(())
 }
 
 /// A service whose real servers are to be read: its key, and the service
