@@ -393,11 +393,13 @@ impl Ledger {
 /// in the cluster's API; any type with this method, or a closure with its
 /// signature.
 ///
-/// The syncer calls [`LedgerStore::save`] before it sends any request that
-/// creates or deletes a service (with those services claimed or releasing)
-/// and once their answers are in, and also when a read showed owned
-/// services gone. It sends nothing that creates or deletes a service until
-/// the save before it returned `Ok`.
+/// The syncer calls [`LedgerStore::save`] before it sends a batch that
+/// creates, changes or deletes a service (with the services it creates
+/// claimed and those it deletes releasing, and every change not saved yet),
+/// once the adds' answers are in, and at the end of a sync that changed the
+/// ledger (owned services seen gone, deletes acknowledged). It sends no such
+/// batch until the save before it returned `Ok`; a batch that only touches
+/// real servers does not wait for a save.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
