@@ -751,6 +751,34 @@ impl Core {
         None
     }
 
+    /// Settles what lookups of `keys` found (`found`, in the same order):
+    /// a service that is gone leaves memory and the ledger, someone else's
+    /// is a conflict, and a managed one whose remembered real servers
+    /// cannot stand for the kernel's (see `trusts`) goes to `reads`.
+    fn settle_found(
+        &mut self,
+        keys: &[ServiceKey],
+        found: Vec<Option<VirtualServer>>,
+        desired: &DesiredState,
+        verify: Verify,
+        report: &mut SyncReport,
+        reads: &mut Vec<Read>,
+    ) {
+        for (key, vs) in keys.iter().zip(found) {
+            let Some(vs) = vs else {
+                self.gone(key);
+                continue;
+            };
+            let Some(vs) = self.admit(vs, desired, report) else {
+                continue;
+            };
+            let m = self.memory.get(key);
+            if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
+                reads.push((*key, Some(vs)));
+            }
+        }
+    }
+
     /// Settles a service the kernel does not have: it leaves memory and the
     /// ledger.
     fn gone(&mut self, key: &ServiceKey) {
@@ -798,19 +826,7 @@ impl Core {
         if !look.is_empty() {
             let found = kernel.lookup(&look)?;
             report.reads_sent += look.len();
-            for (key, vs) in look.iter().zip(found) {
-                let Some(vs) = vs else {
-                    self.gone(key);
-                    continue;
-                };
-                let Some(vs) = self.admit(vs, desired, report) else {
-                    continue;
-                };
-                let m = self.memory.get(key);
-                if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                    to_read.push((*key, Some(vs)));
-                }
-            }
+            self.settle_found(&look, found, desired, verify, report, &mut to_read);
         }
         to_read.sort_unstable_by_key(|r| r.0);
         to_read.dedup_by_key(|r| r.0);
@@ -1167,18 +1183,12 @@ impl Core {
         };
         report.reads_sent += keys.len();
         let conflicts_before = report.conflicts.len();
-        let mut reads = Vec::new();
-        for (key, vs) in keys.iter().zip(found) {
+        for key in &keys {
             self.stale.remove(key);
-            match vs {
-                Some(vs) => {
-                    if let Some(vs) = self.admit(vs, desired, report) {
-                        reads.push((*key, Some(vs)));
-                    }
-                }
-                None => self.gone(key),
-            }
         }
+        let mut reads = Vec::new();
+        // Read whole again, whatever memory says.
+        self.settle_found(&keys, found, desired, Verify::Full, report, &mut reads);
         if let Err(e) = self.read_into_memory(kernel, reads, report) {
             report.after_writes.push(e);
         }
@@ -1334,19 +1344,7 @@ impl Core {
             unlisted.dedup();
             let found = kernel.lookup(&unlisted)?;
             report.reads_sent += unlisted.len();
-            for (key, vs) in unlisted.iter().zip(found) {
-                let Some(vs) = vs else {
-                    self.gone(key);
-                    continue;
-                };
-                let Some(vs) = self.admit(vs, desired, report) else {
-                    continue;
-                };
-                let m = self.memory.get(key);
-                if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                    reads.push((*key, Some(vs)));
-                }
-            }
+            self.settle_found(&unlisted, found, desired, verify, report, &mut reads);
         }
         // Services whose read fails here are marked stale again.
         self.stale.clear();
