@@ -556,12 +556,12 @@ fn a_crash_after_every_write_of_a_first_sync_loses_nothing() {
     }
 }
 
-#[test]
-fn a_claim_found_with_other_settings_is_a_conflict_with_its_reason() {
+/// A world where an agent desiring one service was killed after saving
+/// its claim, before the add went out.
+fn killed_after_the_claim() -> (Arc<Mutex<World>>, DesiredState) {
     let world = Arc::new(Mutex::new(World::default()));
     let mut desired = DesiredState::new();
     desired.insert(agents(0, false), dests(1)).unwrap();
-    // Killed after saving the claim, before the add went out.
     let mut core = agent(&world);
     world.lock().unwrap().crash_in = Some(1);
     sync(&mut core, &world, &mut desired, 0, false);
@@ -570,6 +570,12 @@ fn a_claim_found_with_other_settings_is_a_conflict_with_its_reason() {
         world.lock().unwrap().saved.get(&key(0)),
         Some(Ownership::Claiming(_))
     ));
+    (world, desired)
+}
+
+#[test]
+fn a_claim_found_with_other_settings_is_a_conflict_with_its_reason() {
+    let (world, desired) = killed_after_the_claim();
     // Another tool takes the key meanwhile.
     let theirs = VirtualServer::new(key(0)).with_scheduler(Scheduler::from_name("sh"));
     world.lock().unwrap().table.insert(
@@ -600,13 +606,7 @@ fn a_claim_found_with_other_settings_is_a_conflict_with_its_reason() {
 fn a_claim_found_with_the_claimed_settings_is_taken_as_the_syncers_own() {
     // The one window the ledger cannot tell apart, as documented: another
     // tool made the very service the syncer had claimed.
-    let world = Arc::new(Mutex::new(World::default()));
-    let mut desired = DesiredState::new();
-    desired.insert(agents(0, false), dests(1)).unwrap();
-    let mut core = agent(&world);
-    world.lock().unwrap().crash_in = Some(1);
-    sync(&mut core, &world, &mut desired, 0, false);
-    world.lock().unwrap().crashed = false;
+    let (world, desired) = killed_after_the_claim();
     world.lock().unwrap().table.insert(
         key(0),
         Entry {
