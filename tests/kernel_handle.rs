@@ -1120,7 +1120,7 @@ fn destination_lists_are_consistent_while_the_table_changes() {
         });
         let _stop = SetOnDrop(&stop);
         let t0 = std::time::Instant::now();
-        for round in 0..200 {
+        for round in 0..100 {
             let before = done.load(Ordering::SeqCst);
             let asked = match round % 4 {
                 0 | 1 => &keys[..1],
@@ -1162,7 +1162,7 @@ fn destination_lists_are_consistent_while_the_table_changes() {
                 Err(Error::Inconsistent { .. }) => inconsistent += 1,
                 Err(e) => bad.push(format!("list {round}: {e}")),
             }
-            if t0.elapsed() > std::time::Duration::from_secs(300) {
+            if t0.elapsed() > std::time::Duration::from_secs(120) {
                 break;
             }
         }

@@ -8,6 +8,7 @@ mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -434,9 +435,10 @@ fn sync_with_two_broken<'h>(
     foreign: &Table,
     good: &DesiredState,
     broken: [usize; 2],
+    options: SyncOptions,
 ) -> (Syncer<&'h Handle>, DesiredState) {
     let desired = with_broken_services(good, &broken);
-    let mut s = Syncer::new(h);
+    let mut s = Syncer::with_options(h, options);
     let r = s.sync(&desired, Verify::Services).unwrap();
     let (services, dests) = (good.len(), good.destination_count());
     // Each broken service has three real servers, not sent.
@@ -463,7 +465,7 @@ fn pipelined_datagrams_account_for_every_operation() {
     // servers, each in datagrams of 64 requests doubling (the pipeline's
     // ramp) until the last takes what is left; the broken services'
     // failures fall into different datagrams.
-    sync_with_two_broken(&h, &foreign, &good, [10, 790]);
+    sync_with_two_broken(&h, &foreign, &good, [10, 790], SyncOptions::default());
     // Everything again from scratch in one pass: the same, exactly.
     h.flush().unwrap();
     let mut fresh = Syncer::new(&h);
@@ -474,16 +476,19 @@ fn pipelined_datagrams_account_for_every_operation() {
     assert_converged(&h, &Table::new(), &table_of(&good));
 }
 
-/// More real servers than the syncer sends in one part (131,072): the parts
-/// go out in order, every operation is accounted for across them, failures
-/// in either part included, and what the syncer remembers is the table.
+/// More real servers than the syncer sends in one part: the parts go out in
+/// order, every operation is accounted for across them, failures in either
+/// part included, and what the syncer remembers is the table. (Parts of
+/// 2,000 operations here; the default of 131,072 behaves the same, only
+/// later.)
 #[test]
 fn a_plan_larger_than_one_part_converges_and_is_remembered() {
     let (ns, h) = setup();
     let foreign = add_foreign(&ns, &h);
-    // 132,006 real servers: the broken services' fall one in each part.
-    let good = cluster(13_200, 10, 1);
-    let (mut s, desired) = sync_with_two_broken(&h, &foreign, &good, [10, 13_150]);
+    // 3,006 real servers in two parts: the broken services' fall one in each.
+    let good = cluster(300, 10, 1);
+    let options = SyncOptions::default().with_part_size(NonZeroUsize::new(2000).unwrap());
+    let (mut s, desired) = sync_with_two_broken(&h, &foreign, &good, [10, 290], options);
     // Trusting memory: only the broken services are tried again.
     let r = s.sync(&desired, Verify::None).unwrap();
     assert_eq!((r.writes_sent, r.withheld), (2, 2 * 3), "{:#?}", r.failed);
@@ -585,18 +590,22 @@ fn one_by_one_mode_matches_pipelined() {
 }
 
 const CHILD_NS: &str = "IPVSCTL_SYNC_CHILD_NS";
+/// The size of the table the killed child writes: enough for its one by one
+/// writes to take seconds under emulation, so the kill lands mid-way.
+const CHURN_SERVICES: usize = 800;
+const CHURN_REAL_SERVERS: usize = 4;
 
 /// The two desired states the child alternates between: the same services,
 /// different real servers and weights.
 fn churn_state(phase: u32) -> DesiredState {
-    let mut d = DesiredState::with_capacity(2000);
-    for i in 0..2000usize {
+    let mut d = DesiredState::with_capacity(CHURN_SERVICES);
+    for i in 0..CHURN_SERVICES {
         let key = ServiceKey::tcp(sa(&format!("10.96.{}.{}:80", i / 250, i % 250 + 1)));
-        let rs = (0..8usize).map(|j| {
+        let rs = (0..CHURN_REAL_SERVERS).map(|j| {
             RealServer::new(sa(&format!(
                 "10.244.{}.{}:8080",
                 i % 250,
-                j + 1 + 4 * phase as usize
+                j + 1 + 2 * phase as usize
             )))
             .with_weight(1 + phase)
             .with_forward(ForwardMethod::Masquerade)
@@ -638,7 +647,7 @@ fn killed_mid_sync_converges() {
     let t0 = Instant::now();
     loop {
         let n = h.list_services().unwrap().len();
-        if n > 1000 {
+        if n > CHURN_SERVICES / 2 {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {

@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use super::kernel::{HandleKernel, Kernel};
@@ -103,6 +104,14 @@ pub struct SyncOptions {
     /// How a [`Verify::Services`] sync checks the service table (default
     /// [`ServiceCheck::Auto`]).
     pub service_check: ServiceCheck,
+    /// The most operations a sync holds and sends as one part of its plan
+    /// (default 131,072, about 14 MiB of them): a cold sync's plan has
+    /// every real server of the table, and each part is given back once
+    /// sent, so memory holds one part while it fills with what the sync
+    /// did. Smaller parts lower a large sync's peak memory; the answers
+    /// of a part's service adds are awaited before its real servers go
+    /// out either way.
+    pub part_size: NonZeroUsize,
 }
 
 impl Default for SyncOptions {
@@ -113,6 +122,7 @@ impl Default for SyncOptions {
             mode: BatchMode::Pipelined,
             read_sockets: 1,
             service_check: ServiceCheck::Auto,
+            part_size: DEFAULT_PART_SIZE,
         }
     }
 }
@@ -146,6 +156,13 @@ impl SyncOptions {
     /// (default [`ServiceCheck::Auto`]).
     pub fn with_service_check(mut self, service_check: ServiceCheck) -> Self {
         self.service_check = service_check;
+        self
+    }
+
+    /// Sets the most operations of a plan held and sent as one part
+    /// (default 131,072; see [`SyncOptions::part_size`]).
+    pub fn with_part_size(mut self, part_size: NonZeroUsize) -> Self {
+        self.part_size = part_size;
         self
     }
 }
@@ -984,7 +1001,7 @@ impl Core {
             retry = first.retry;
         }
         // Each part is dropped once sent, while memory grows by what it did.
-        for part in into_parts(rest) {
+        for part in into_parts(rest, self.options.part_size) {
             let applied = self.apply(kernel, desired, &part, report, pass, &mut broken);
             retry.extend(applied.retry);
             if applied.socket_failed {
@@ -1396,21 +1413,22 @@ struct Applied {
     socket_failed: bool,
 }
 
-/// The most operations [`Core::write_plan`] sends in one part (about
-/// 14 MiB of them). A cold sync's plan holds every real server of the
-/// table; sent in parts, each given back once sent, it is not all held
-/// while memory fills with what it did (at 50,000 x 10 the plan alone is
-/// 550,000 operations, 60 MB).
-const PART_OPS: usize = 1 << 17;
+/// The most operations [`Core::write_plan`] sends in one part unless told
+/// otherwise (about 14 MiB of them). A cold sync's plan holds every real
+/// server of the table; sent in parts, each given back once sent, it is not
+/// all held while memory fills with what it did (at 50,000 x 10 the plan
+/// alone is 550,000 operations, 60 MB).
+const DEFAULT_PART_SIZE: NonZeroUsize = NonZeroUsize::new(1 << 17).unwrap();
 
-/// Splits `ops` into parts of at most [`PART_OPS`], in order. The last part
-/// is split off first, so that each operation is moved once and the room it
+/// Splits `ops` into parts of at most `size`, in order. The last part is
+/// split off first, so that each operation is moved once and the room it
 /// leaves is given back at once. A plan of one part (every sync of a few
 /// changes) is handed back as it is, without allocating.
-fn into_parts(mut ops: Vec<Op>) -> impl Iterator<Item = Vec<Op>> {
+fn into_parts(mut ops: Vec<Op>, size: NonZeroUsize) -> impl Iterator<Item = Vec<Op>> {
+    let size = size.get();
     let mut later = Vec::new();
-    while ops.len() > PART_OPS {
-        let last = (ops.len() - 1) / PART_OPS * PART_OPS;
+    while ops.len() > size {
+        let last = (ops.len() - 1) / size * size;
         later.push(ops.split_off(last));
         ops.shrink_to_fit();
     }
@@ -1459,12 +1477,22 @@ mod tests {
 
     #[test]
     fn parts_keep_every_operation_once_in_order() {
-        for n in [0, 1, PART_OPS, PART_OPS + 1, 2 * PART_OPS + 5] {
-            let parts: Vec<Vec<Op>> = into_parts(ops(n)).collect();
+        let size = DEFAULT_PART_SIZE.get();
+        for n in [0, 1, size, size + 1, 2 * size + 5] {
+            let parts: Vec<Vec<Op>> = into_parts(ops(n), DEFAULT_PART_SIZE).collect();
             let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-            assert!(sizes.iter().all(|&s| s <= PART_OPS), "{n}: {sizes:?}");
+            assert!(sizes.iter().all(|&s| s <= size), "{n}: {sizes:?}");
             assert_eq!(sizes.iter().sum::<usize>(), n);
-            assert_eq!(parts.len(), n.div_ceil(PART_OPS).max(1), "{n}");
+            assert_eq!(parts.len(), n.div_ceil(size).max(1), "{n}");
+            let joined: Vec<Op> = parts.into_iter().flatten().collect();
+            assert!(joined == ops(n), "{n}: reordered");
+        }
+        let three = NonZeroUsize::new(3).unwrap();
+        for n in [0, 1, 3, 4, 7, 9] {
+            let parts: Vec<Vec<Op>> = into_parts(ops(n), three).collect();
+            let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+            assert!(sizes.iter().all(|&s| s <= 3), "{n}: {sizes:?}");
+            assert_eq!(parts.len(), n.div_ceil(3).max(1), "{n}");
             let joined: Vec<Op> = parts.into_iter().flatten().collect();
             assert!(joined == ops(n), "{n}: reordered");
         }
