@@ -10,11 +10,11 @@ mod batch;
 mod capabilities;
 mod dests;
 mod error;
+mod lane;
 mod overlap;
 mod services;
 
-use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use batch::{BatchMode, BatchReport, Op};
 
@@ -26,6 +26,7 @@ use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::NetNs;
 use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Reply};
+use lane::Lane;
 
 /// A connection to the kernel's IPVS in one network namespace: every
 /// operation of `ipvsadm` (services, real servers, timeouts, sync daemons,
@@ -56,15 +57,20 @@ use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Repl
 /// # Threads
 ///
 /// `Handle` is `Send + Sync`: share one through an [`Arc`](std::sync::Arc)
-/// or a reference. Calls from several threads take turns on the socket
-/// (each waits at most the handle's timeout for it, see below); a request and
-/// all of its replies are one turn, so replies are never mixed up between
-/// callers. For parallel throughput open
+/// or a reference. Calls from several threads take turns on the socket, in
+/// the order they asked for it (each waits at most the handle's timeout,
+/// see below); a request and all of its replies are one turn, so replies
+/// are never mixed up between callers. For parallel throughput open
 /// one handle per thread (each has its own sockets); for bulk work use
 /// [`Handle::apply`], which pipelines many requests per round trip, or a
-/// [`Syncer`](crate::sync::Syncer). A caller that panicked mid-request
-/// leaves the handle usable: the replies of the abandoned exchange are told
-/// apart by sequence number.
+/// [`Syncer`](crate::sync::Syncer). No caller's code runs during a turn:
+/// the callbacks of [`Handle::apply_with`] may use the handle themselves.
+///
+/// A socket whose exchange did not finish (a request timed out, the socket
+/// failed, or a panic unwound out of the call) is closed, never used again:
+/// the next request opens a fresh one, so an answer meant for the abandoned
+/// exchange can never be taken for the answer to a later request, and the
+/// handle stays usable.
 ///
 /// # Network namespaces
 ///
@@ -112,11 +118,15 @@ use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Repl
 /// * [`Error::Io`] and [`Error::Decode`]: the socket failed, or a reply
 ///   could not be decoded.
 ///
-/// Nothing panics on a kernel reply, and every wait is bounded by the
-/// handle's timeout ([`HandleOptions::timeout`], 60 seconds unless set): a
-/// request the kernel stays silent about for that long, or a caller that
-/// waits that long for the socket while another thread uses it, gets
-/// [`Error::Timeout`]. A socket whose request timed out is closed and the
+/// Nothing panics on a kernel reply, and every wait of the handle ends
+/// within its timeout ([`HandleOptions::timeout`], 60 seconds unless set),
+/// measured on the monotonic clock: a request the kernel stays silent about
+/// for that long, or a caller that waits that long for the socket while
+/// other callers use it, gets [`Error::Timeout`]. The bound is per wait: a
+/// long dump or batch that keeps getting answers runs as long as it needs,
+/// and the time a callback of the caller's takes does not count against it
+/// (a helper thread that waits for the callback to take its answers holds
+/// no socket meanwhile). A socket whose request timed out is closed and the
 /// next request opens a new one, so the handle stays usable. One wait
 /// cannot be bounded: netlink runs the kernel's handler for a request
 /// inside `send`, in the calling thread, and nothing interrupts it (a
@@ -128,9 +138,9 @@ use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Repl
 #[derive(Debug)]
 pub struct Handle {
     /// Every request but the table-wide service dump ([`DumpSize::Page`]).
-    main: Lane,
+    main: Lane<Inner>,
     /// Table-wide service dumps ([`DumpSize::Large`]), opened on first use.
-    tables: Lane,
+    tables: Lane<Inner>,
     family: u16,
     netns: NetNs,
     timeout: Duration,
@@ -309,9 +319,11 @@ impl Handle {
     /// typed error, in order. The one way every request of the handle
     /// reaches the kernel.
     ///
-    /// The socket is lent to one caller at a time; a caller that waits
-    /// longer than the handle's timeout for it gets [`Error::Timeout`]. A
-    /// socket whose exchange timed out or failed is closed, and the next
+    /// The socket is lent to one caller at a time, in order of asking; a
+    /// caller that waits longer than the handle's timeout for it gets
+    /// [`Error::Timeout`]. `decode` and `on_reply` run while it is lent and
+    /// must not use the handle. A socket whose exchange did not finish
+    /// (timed out, failed, or unwound from a panic) is closed, and the next
     /// request opens a new one: late answers cannot reach a later request.
     pub(crate) fn exchange<I, D, Dec, F>(
         &self,
@@ -334,18 +346,18 @@ impl Handle {
             Via::Main => (&self.main, DumpSize::Page),
             Via::Tables => (&self.tables, DumpSize::Large),
         };
-        let mut lease = lane.lend(self.timeout).map_err(|waited| Error::Timeout {
+        let (lease, socket) = lane.lend(self.timeout).map_err(|waited| Error::Timeout {
             op: first_op.clone(),
             waited,
         })?;
-        let inner = match &mut lease.inner {
+        let mut inner = match socket {
             Some(inner) => inner,
-            slot => slot.insert(Inner {
+            None => Inner {
                 sock: open_socket(&self.netns, dumps, self.timeout)?,
                 seq: 1,
-            }),
+            },
         };
-        let Inner { sock, seq } = inner;
+        let Inner { sock, seq } = &mut inner;
         let reqs = requests.map(|r| {
             let ctx = Context {
                 index: r.index,
@@ -363,8 +375,11 @@ impl Handle {
                 on_reply(ctx.index, outcome(ctx.cmd, &ctx.target, reply))
             },
         );
-        if timed_out || outcome.is_err() {
-            lease.inner = None;
+        // Only a socket whose every request was answered serves the next
+        // caller. Otherwise (here, or a panic unwinding out of the exchange)
+        // the lease ends without it and the next request opens a fresh one.
+        if !timed_out && outcome.is_ok() {
+            lease.give_back(inner);
         }
         outcome.map_err(|e| match e.kind() {
             // A send that found no room in the buffer within the timeout.
@@ -425,72 +440,6 @@ fn open_socket(netns: &NetNs, dumps: DumpSize, timeout: Duration) -> Result<Genl
     sock.set_timeout(timeout)
         .map_err(|e| Error::io(Operation::OpenSocket, e))?;
     Ok(sock)
-}
-
-/// A socket lent to one caller at a time, with a bounded wait for it: a
-/// `Mutex` would make a caller wait for ever behind a request stuck in the
-/// kernel (a netlink `send` runs the kernel's handler in the sending thread
-/// and cannot be interrupted). `None` is a socket not opened yet, or closed
-/// after a failed exchange.
-#[derive(Debug)]
-struct Lane {
-    state: Mutex<LaneState>,
-    returned: Condvar,
-}
-
-#[derive(Debug)]
-struct LaneState {
-    inner: Option<Inner>,
-    lent: bool,
-}
-
-/// The socket of a [`Lane`] while one caller has it; given back on drop,
-/// also when the caller panics (the replies of an abandoned exchange are
-/// told apart by sequence number).
-struct Lease<'a> {
-    lane: &'a Lane,
-    inner: Option<Inner>,
-}
-
-impl Lane {
-    fn new(inner: Option<Inner>) -> Self {
-        Lane {
-            state: Mutex::new(LaneState { inner, lent: false }),
-            returned: Condvar::new(),
-        }
-    }
-
-    /// Lends the socket, waiting up to `timeout` for it; `Err` is how long
-    /// the wait lasted.
-    fn lend(&self, timeout: Duration) -> std::result::Result<Lease<'_>, Duration> {
-        let start = Instant::now();
-        // The mutex is held only to hand the socket over, never during a
-        // request, so a panic cannot happen while it is held.
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        while state.lent {
-            let waited = start.elapsed();
-            let Some(left) = timeout.checked_sub(waited).filter(|d| !d.is_zero()) else {
-                return Err(waited);
-            };
-            state = match self.returned.wait_timeout(state, left) {
-                Ok((s, _)) => s,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        state.lent = true;
-        let inner = state.inner.take();
-        Ok(Lease { lane: self, inner })
-    }
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        let mut state = self.lane.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.inner = self.inner.take();
-        state.lent = false;
-        drop(state);
-        self.lane.returned.notify_one();
-    }
 }
 
 /// What is kept of a request while it is in flight: enough to explain its

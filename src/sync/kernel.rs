@@ -88,20 +88,21 @@ impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
         one_by_one: bool,
         on_result: impl FnMut(usize, std::result::Result<(), Error>),
     ) -> std::result::Result<(), Error> {
-        let writer = match self.writer {
+        // Taken out for the send and put back only when every request was
+        // answered: a socket that failed, timed out or unwound from a panic
+        // mid-batch may still get answers, and is closed instead (the next
+        // write opens a fresh one).
+        let mut writer = match self.writer.take() {
             Some(w) => w,
-            None => match Writer::open(self.handle.borrow()) {
-                Ok(w) => self.writer.insert(w),
-                Err(e) => return Err(Error::io(Operation::OpenSyncSocket, e)),
-            },
+            None => Writer::open(self.handle.borrow())
+                .map_err(|e| Error::io(Operation::OpenSyncSocket, e))?,
         };
-        writer
+        let sent = writer
             .send(ops, one_by_one, on_result)
-            .map(drop)
-            .map_err(|e| {
-                // A socket that failed mid-batch is not used again.
-                *self.writer = None;
-                Error::io(Operation::SyncWrite, e)
-            })
+            .map_err(|e| Error::io(Operation::SyncWrite, e))?;
+        if sent.answered {
+            *self.writer = Some(writer);
+        }
+        Ok(())
     }
 }

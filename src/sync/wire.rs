@@ -26,6 +26,7 @@ use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame;
 use crate::codec::request;
 use crate::handle::outcome;
+use crate::netlink::Failure;
 use crate::netlink::pipeline::{Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged};
 use crate::netlink::{GenlSocket, drive};
 use crate::{Error, Op};
@@ -98,9 +99,9 @@ impl Writer {
 
     /// Sends `ops` in order, as many per datagram as the socket's buffers
     /// allow (or one per round trip), and calls `on_result(index, result)`
-    /// exactly once per operation, in order. Returns the number of requests
-    /// sent; `Err` when the socket itself failed (operations not reported by
-    /// then have unknown outcomes).
+    /// exactly once per operation, in order. Returns how the send ended;
+    /// `Err` when the socket itself failed (operations not reported by then
+    /// have unknown outcomes).
     ///
     /// More than [`PIPELINE_FROM`] requests run as a pipeline of three threads:
     /// one fills the next datagram (a [`Staged`] one: encoded, numbered and
@@ -114,13 +115,18 @@ impl Writer {
         ops: &[Op],
         one_by_one: bool,
         mut on_result: impl FnMut(usize, Result<(), Error>),
-    ) -> io::Result<usize> {
+    ) -> io::Result<Sent> {
         let limits = limits(&self.sock, one_by_one);
         let (max_batch, max_send) = (limits.max_batch, limits.max_send);
         let family = self.family;
         let first_seq = self.seq.wrapping_add(1);
         let timeout = self.sock.timeout();
         let sock = &mut self.sock;
+        let mut timed_out = false;
+        let mut on_reply = |index: usize, reply: Reply<()>| {
+            timed_out |= matches!(reply.result, Err(Failure::TimedOut { .. }));
+            report_one(ops, index, reply, &mut on_result);
+        };
         let (result, next_seq, foreign) = if one_by_one || ops.len() <= PIPELINE_FROM {
             // Written straight into the datagram, on this thread.
             let pipe = &mut self.small;
@@ -138,7 +144,7 @@ impl Writer {
                 }
                 outcome = drive(sock, pipe, buf, &mut |_, _| Ok(()));
                 while let Some((index, reply)) = pipe.poll_outcome() {
-                    report_one(ops, index, reply, &mut on_result);
+                    on_reply(index, reply);
                 }
             }
             (outcome, pipe.next_seq(), pipe.dropped_foreign())
@@ -198,7 +204,7 @@ impl Writer {
                 });
                 for mut outcomes in outcomes_rx {
                     for (index, reply) in outcomes.by_ref() {
-                        report_one(ops, index, reply, &mut on_result);
+                        on_reply(index, reply);
                     }
                     // Kept for a later datagram when the encoder wants it.
                     let _ = booked_tx.try_send(outcomes);
@@ -218,7 +224,9 @@ impl Writer {
         let sent = next_seq.wrapping_sub(first_seq) as usize;
         result.and_then(|()| {
             if sent == ops.len() {
-                Ok(sent)
+                Ok(Sent {
+                    answered: !timed_out,
+                })
             } else {
                 Err(io::Error::other(format!(
                     "the writer stopped after {sent} of {} requests",
@@ -227,6 +235,15 @@ impl Writer {
             }
         })
     }
+}
+
+/// How a [`Writer::send`] that ran to its end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// Whether every request was answered. A socket with a request the
+    /// kernel stayed silent about is not used again: its answer could still
+    /// come.
+    pub(crate) answered: bool,
 }
 
 /// How `sock` packs a datagram: one request per datagram `one_by_one`,
