@@ -1180,3 +1180,124 @@ fn destination_lists_are_consistent_while_the_table_changes() {
     );
     assert!(good >= 10, "only {good} lists succeeded");
 }
+
+/// `n` services, each with one real server; a handle on the same namespace
+/// whose waits end after `secs` seconds (so that a wait that cannot end
+/// well fails fast instead of after the default minute).
+fn services_with_one_server(
+    n: usize,
+    secs: u64,
+) -> (support::TestNetns, Arc<Handle>, Vec<ServiceKey>) {
+    let (ns, h) = setup();
+    let keys: Vec<ServiceKey> = (0..n)
+        .map(|i| {
+            ServiceKey::tcp(SocketAddr::from((
+                [10, 96, 20 + (i / 250) as u8, (i % 250) as u8 + 1],
+                80,
+            )))
+        })
+        .collect();
+    let report = h.apply(keys.iter().enumerate().flat_map(|(i, key)| {
+        let rs = RealServer::new(one_server(i)).with_forward(ForwardMethod::Masquerade);
+        [
+            Op::AddService(VirtualServer::new(*key)),
+            Op::AddDestination(*key, rs),
+        ]
+    }));
+    assert!(report.is_ok(), "{:?}", report.failed);
+    let options = ipvsctl::HandleOptions::new().with_timeout(std::time::Duration::from_secs(secs));
+    let h = Handle::open_with_options(&ipvsctl::NetNs::path(ns.path()), &options).unwrap();
+    (ns, Arc::new(h), keys)
+}
+
+/// The real server of service `i` of [`services_with_one_server`].
+fn one_server(i: usize) -> SocketAddr {
+    SocketAddr::from(([10, 244, (i / 250) as u8, (i % 250) as u8 + 1], 8080))
+}
+
+/// A listing callback may use the handle as it likes: here it deletes every
+/// service it is handed (and reads it back), and once lists the rest again
+/// from inside, while the helper thread is reading ahead. Every answer is
+/// right and nothing waits out the handle's timeout.
+#[test]
+fn a_listing_callback_may_change_the_table_it_lists() {
+    let (_ns, h, keys) = services_with_one_server(300, 5);
+    let h2 = Arc::clone(&h);
+    let listed = keys.clone();
+    let (seen, elapsed) = within(120, move || {
+        let t0 = std::time::Instant::now();
+        let mut seen = Vec::new();
+        h2.list_destinations_each(&listed, |i, dests| {
+            let dests = dests.unwrap_or_else(|e| panic!("{}: {e}", listed[i]));
+            let addrs: Vec<SocketAddr> = dests.iter().map(|d| d.server.addr).collect();
+            assert_eq!(addrs, [one_server(i)], "{}", listed[i]);
+            if i == 150 {
+                // A listing inside the listing, of everything not yet
+                // deleted (the helper threads of both read ahead).
+                let mut inner = 0;
+                h2.list_destinations_each(&listed[151..], |j, d| {
+                    let d = d.unwrap_or_else(|e| panic!("{}: {e}", listed[j + 151]));
+                    assert_eq!(d.len(), 1, "{}", listed[j + 151]);
+                    inner += 1;
+                })
+                .unwrap();
+                assert_eq!(inner, listed.len() - 151);
+            }
+            h2.delete_service(&listed[i])
+                .unwrap_or_else(|e| panic!("deleting {}: {e}", listed[i]));
+            assert!(matches!(
+                h2.get_service(&listed[i]),
+                Err(Error::ServiceNotFound { .. })
+            ));
+            seen.push(i);
+        })
+        .unwrap();
+        (seen, t0.elapsed())
+    });
+    eprintln!("300 services listed and deleted from the callback in {elapsed:?}");
+    assert_eq!(seen, (0..keys.len()).collect::<Vec<_>>());
+    assert_eq!(h.list_services().unwrap(), vec![]);
+    // Far below one timeout of the handle: nothing waited one out.
+    assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
+}
+
+/// A callback of `list_destinations_each` that panics (on the helper
+/// thread's path and on the calling thread's) leaves the handle usable,
+/// with right answers on every socket.
+#[test]
+fn a_panicking_listing_callback_leaves_the_handle_usable() {
+    let (_ns, h, keys) = services_with_one_server(200, 5);
+    for (asked, panic_at) in [(&keys[..], 5), (&keys[..], 150), (&keys[..10], 3)] {
+        let h2 = Arc::clone(&h);
+        let asked = asked.to_vec();
+        let caught = within(60, move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                h2.list_destinations_each(&asked, |i, _| {
+                    if i == panic_at {
+                        panic!("a callback panics");
+                    }
+                })
+            }))
+            .is_err()
+        });
+        assert!(caught);
+        let h2 = Arc::clone(&h);
+        let all = keys.clone();
+        let lists = within(60, move || {
+            let mut lists = Vec::new();
+            h2.list_destinations_each(&all, |_, d| {
+                lists.push(d.unwrap().iter().map(|d| d.server.addr).collect::<Vec<_>>());
+            })
+            .unwrap();
+            lists
+        });
+        let expected: Vec<Vec<SocketAddr>> = (0..keys.len()).map(|i| vec![one_server(i)]).collect();
+        assert_eq!(lists, expected);
+        assert_eq!(h.list_services().unwrap().len(), keys.len());
+        assert_eq!(h.get_service(&keys[7]).unwrap().service.key, keys[7]);
+        assert_eq!(
+            h.list_destinations(&keys[9]).unwrap()[0].server.addr,
+            one_server(9)
+        );
+    }
+}

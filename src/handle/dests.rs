@@ -83,17 +83,24 @@ impl Handle {
     /// this thread decodes the answers and runs `each`, so the library's
     /// work and the caller's hide behind the kernel's, and a large read
     /// takes less time than a loop over [`Handle::list_destinations`]
-    /// (figures in `docs/performance.md` in the repository). The helper
-    /// never waits for `each`: answers not yet handed over are queued, so a
-    /// slow `each` holds at most the whole answer in memory. `each` may use
-    /// the handle, but a call on the handle's main socket waits until every
-    /// dump is read.
+    /// (figures in `docs/performance.md` in the repository).
+    ///
+    /// `each` may use the handle for anything, another listing included: no
+    /// socket is held while it runs. The helper reads ahead of `each` by at
+    /// most about 270 services (or half a megabyte of answers); then it
+    /// stops, lets go of the socket and waits for `each` to catch up, so a
+    /// slow `each` costs no more memory than a fast one. While it reads it
+    /// lets go of the socket between two dumps whenever another call waits
+    /// for it, so a call from `each` (or from another thread) waits for one
+    /// dump at most, not for the whole listing.
     ///
     /// Lists that take several passes are checked as in
     /// [`Handle::list_destinations`], on the handle's other socket.
     ///
-    /// Returns early only when the socket itself fails; then the services not
-    /// yet reported have no result.
+    /// Returns early only when the socket itself fails or a wait for it
+    /// runs out ([`Error::Timeout`]); then the services not yet reported
+    /// have no result. A panic in `each` ends the listing (the helper stops
+    /// at its next dump) and leaves the handle usable.
     ///
     /// ```no_run
     /// let ipvs = ipvsctl::Handle::new()?;

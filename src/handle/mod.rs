@@ -64,7 +64,8 @@ use lane::Lane;
 /// one handle per thread (each has its own sockets); for bulk work use
 /// [`Handle::apply`], which pipelines many requests per round trip, or a
 /// [`Syncer`](crate::sync::Syncer). No caller's code runs during a turn:
-/// the callbacks of [`Handle::apply_with`] may use the handle themselves.
+/// the callbacks of [`Handle::apply_with`] and
+/// [`Handle::list_destinations_each`] may use the handle themselves.
 ///
 /// A socket whose exchange did not finish (a request timed out, the socket
 /// failed, or a panic unwound out of the call) is closed, never used again:

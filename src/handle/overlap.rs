@@ -10,7 +10,7 @@
 //! the library's own work was about a quarter of a one-thread read; it now
 //! runs while the helper waits for the kernel.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::mpsc;
@@ -30,7 +30,8 @@ const BATCH_SERVICES: usize = 16;
 const BATCH_BYTES: usize = 32 << 10;
 /// Batches read but not yet decoded, at most (half a megabyte): when the
 /// decoder and the caller's bookkeeping are slower than the kernel, the
-/// helper waits instead of queueing the replies of the whole table.
+/// helper stops reading, lets go of the socket and waits for room, instead
+/// of queueing the replies of the whole table.
 const QUEUED_BATCHES: usize = 16;
 
 /// Replies to a few dumps, their data messages' bodies back to back.
@@ -49,8 +50,8 @@ impl Handle {
     /// Invalid keys get their validation error without a request. A list
     /// that took several passes is checked by [`settle`] (re-read on the
     /// other socket; `addr` names each real server) before it is reported.
-    /// Returns early only on an I/O error of the socket (then the keys not
-    /// yet reported have no result).
+    /// Returns early only on an I/O error of the socket or a wait for it
+    /// that ran out (then the keys not yet reported have no result).
     pub(crate) fn dump_dests_each<D>(
         &self,
         keys: &[ServiceKey],
@@ -126,33 +127,76 @@ impl Handle {
 
     /// The helper thread's side: runs the dumps, copying each message body
     /// into the current batch, and sends the batches.
+    ///
+    /// It holds the main socket only while it reads. It lets go between two
+    /// dumps whenever another caller waits for the socket (the callback, say,
+    /// or another thread), and asks for it again behind that caller. When
+    /// the queue is full it stops reading, lets go, and waits for room
+    /// without the socket: the caller's side may be running `each`, which
+    /// may itself need the socket to return.
     fn read_batches(&self, keys: &[ServiceKey], tx: mpsc::SyncSender<Batch>) -> Result<()> {
+        let mut left = requests(keys);
         let batch = RefCell::new(Batch::default());
-        let copy = |_: usize, body: &[u8]| {
-            let mut b = batch.borrow_mut();
-            let start = b.bytes.len();
-            b.bytes.extend_from_slice(body);
-            Ok(start..b.bytes.len())
-        };
-        let mut consumer_gone = false;
-        self.exchange(
-            Via::Main,
-            requests(keys),
-            copy,
-            |index, r: Result<Answer<_>>| {
+        // A full batch the queue had no room for.
+        let waiting: RefCell<Option<Batch>> = RefCell::new(None);
+        let consumer_gone = Cell::new(false);
+        let mut finished = false;
+        while !finished {
+            if let Some(full) = waiting.take()
+                && tx.send(full).is_err()
+            {
+                return Ok(()); // the caller's side stopped (it panicked)
+            }
+            if consumer_gone.get() {
+                return Ok(());
+            }
+            // One turn on the socket: at least one dump, then more until a
+            // caller waits for the socket or the queue is full.
+            let mut first = true;
+            let turn = std::iter::from_fn(|| {
+                let pause = waiting.borrow().is_some()
+                    || consumer_gone.get()
+                    || (!first && self.main.has_waiters());
+                first = false;
+                if pause {
+                    return None;
+                }
+                let next = left.next();
+                finished = next.is_none();
+                next
+            });
+            let copy = |_: usize, body: &[u8]| {
+                let mut b = batch.borrow_mut();
+                let start = b.bytes.len();
+                b.bytes.extend_from_slice(body);
+                Ok(start..b.bytes.len())
+            };
+            let read = self.exchange(Via::Main, turn, copy, |index, r: Result<Answer<_>>| {
                 let mut b = batch.borrow_mut();
                 b.replies.push((index, r));
-                if b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES {
-                    let full = std::mem::take(&mut *b);
-                    // A failed send means the caller's side stopped (it
-                    // panicked): the rest is read and dropped.
-                    consumer_gone |= tx.send(full).is_err();
+                let full = b.replies.len() >= BATCH_SERVICES || b.bytes.len() >= BATCH_BYTES;
+                if full && waiting.borrow().is_none() {
+                    match tx.try_send(std::mem::take(&mut *b)) {
+                        Ok(()) => {}
+                        Err(mpsc::TrySendError::Full(b)) => *waiting.borrow_mut() = Some(b),
+                        Err(mpsc::TrySendError::Disconnected(_)) => consumer_gone.set(true),
+                    }
                 }
-            },
-        )?;
-        let rest = batch.into_inner();
-        if !rest.replies.is_empty() && !consumer_gone {
-            let _ = tx.send(rest);
+            });
+            if let Err(e) = read {
+                // What was read before the failure is still reported.
+                for b in [waiting.take(), Some(batch.take())].into_iter().flatten() {
+                    if !b.replies.is_empty() && tx.send(b).is_err() {
+                        break;
+                    }
+                }
+                return Err(e);
+            }
+        }
+        for b in [waiting.take(), Some(batch.take())].into_iter().flatten() {
+            if !b.replies.is_empty() && tx.send(b).is_err() {
+                break;
+            }
         }
         Ok(())
     }
