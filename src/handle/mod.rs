@@ -132,10 +132,12 @@ use lane::Lane;
 /// cannot be bounded: netlink runs the kernel's handler for a request
 /// inside `send`, in the calling thread, and nothing interrupts it (a
 /// scheduler module whose loading waits on the IPVS mutex is one way it can
-/// hang). The thread in that `send` stays there; every other caller of the
-/// handle gets [`Error::Timeout`] from its wait for the socket instead of
-/// waiting with it, and should treat the handle as unusable (open a new
-/// one).
+/// hang). The thread in that `send` stays there (for a call that talks to
+/// the kernel from a helper thread, [`Handle::list_destinations_each`] and a
+/// syncer's large writes, so does the caller, which waits for its helper);
+/// every other caller of the handle gets [`Error::Timeout`] from its wait
+/// for the socket instead of waiting with it, and should treat the handle
+/// as unusable (open a new one).
 #[derive(Debug)]
 pub struct Handle {
     /// Every request but the table-wide service dump ([`DumpSize::Page`]).
