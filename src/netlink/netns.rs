@@ -329,7 +329,11 @@ impl fmt::Display for PinnedNetNs {
 /// use ipvsctl::netlink::netns::{NetNs, run_in};
 ///
 /// // Read the interface list as the namespace "blue" sees it.
-/// let dev = run_in(&NetNs::named("blue"), || std::fs::read_to_string("/proc/self/net/dev"))?;
+/// // `/proc/thread-self`: the thread `run_in` moved, not the main thread that
+/// // `/proc/self` would show.
+/// let dev = run_in(&NetNs::named("blue"), || {
+///     std::fs::read_to_string("/proc/thread-self/net/dev")
+/// })?;
 /// println!("{dev}");
 /// # Ok::<(), std::io::Error>(())
 /// ```
