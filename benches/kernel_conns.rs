@@ -110,7 +110,10 @@ fn build_table(n: usize) -> Duration {
 
 fn read_with_library() -> usize {
     let mut n = 0;
-    for entry in ipvsctl::conns::connections(&NetNs::Current).expect("open") {
+    for entry in ipvsctl::conns::ConnTable::new()
+        .connections()
+        .expect("open")
+    {
         std::hint::black_box(entry.expect("entry"));
         n += 1;
     }

@@ -338,7 +338,14 @@ fn bench_kernel(c: &mut Criterion) {
             return;
         }
     };
-    let opts = Options::new().netns(ns.netns()).loopback(true);
+    let pinned = match ns.netns().pin() {
+        Ok(pinned) => pinned,
+        Err(e) => {
+            eprintln!("nodeips bench: cannot pin the bench namespace ({e}); skipped");
+            return;
+        }
+    };
+    let opts = Options::new().netns(pinned).loopback(true);
     let expected = 4 * n as usize + 2; // + lo's 127.0.0.1 and ::1
     match nodeips::explain(&opts) {
         Ok(r) if r.node_ips().len() == expected => {}

@@ -39,7 +39,13 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 let net = text.parse().map_err(|e| format!("--cidr {text}: {e}"))?;
                 opts = opts.cidr(net);
             }
-            "--netns" => opts = opts.netns(NetNs::named(value("--netns")?)),
+            "--netns" => {
+                let name = value("--netns")?;
+                let pinned = NetNs::named(&name)
+                    .pin()
+                    .map_err(|e| format!("--netns {name}: {e}"))?;
+                opts = opts.netns(pinned);
+            }
             "--loopback" => opts = opts.loopback(true),
             "--link-local" => opts = opts.link_local(true),
             "--skip-deprecated" => opts = opts.skip_deprecated(true),

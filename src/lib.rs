@@ -130,7 +130,7 @@ pub mod vip;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
-pub use netlink::netns::NetNs;
+pub use netlink::netns::{NetNs, PinnedNetNs};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -16,7 +16,7 @@ use std::process::Command;
 use ipvsctl::model::{
     ForwardMethod, PersistenceEngine, RealServer, Scheduler, ServiceKey, Tunnel, VirtualServer,
 };
-use ipvsctl::sysctl::{self, SysctlError, knobs};
+use ipvsctl::sysctl::{SysctlError, Sysctls, knobs};
 use ipvsctl::{Availability, Error, KernelVersion, NetNs, Support};
 
 /// The first mainline release with a connection table per namespace, made
@@ -193,10 +193,10 @@ fn newer_sysctls_follow_the_release() {
         .unwrap()
         .version
         .expect("release parses");
-    let netns = NetNs::path(ns.path());
-    let run_estimation = sysctl::read(&netns, &knobs::RUN_ESTIMATION);
-    let est_nice = sysctl::read(&netns, &knobs::EST_NICE);
-    let lfactor = sysctl::read(&netns, &knobs::ipvs_integer("conn_lfactor").unwrap());
+    let sysctls = Sysctls::new().netns(NetNs::path(ns.path()).pin().unwrap());
+    let run_estimation = sysctls.read(&knobs::RUN_ESTIMATION);
+    let est_nice = sysctls.read(&knobs::EST_NICE);
+    let lfactor = sysctls.read(&knobs::ipvs_integer("conn_lfactor").unwrap());
     let cases: [(&str, KernelVersion, Result<(), SysctlError>); 3] = [
         (
             "run_estimation",

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ipvsctl::conns::{self, ConnState, Connection, Origin};
+use ipvsctl::conns::{ConnState, ConnTable, Connection, Origin};
 use ipvsctl::model::{ForwardMethod, Protocol, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::netlink::netns::run_in;
 use ipvsctl::{Handle, NetNs};
@@ -152,8 +152,14 @@ fn backend_addr(port: u16) -> SocketAddr {
     SocketAddr::new(BACKEND.parse().expect("literal"), port)
 }
 
-fn table(ns: &NetNs) -> Vec<Connection> {
-    conns::connections(ns)
+/// The connection table of the namespace at `path`.
+fn table_at(path: &std::path::Path) -> ConnTable {
+    ConnTable::new().netns(NetNs::path(path).pin().expect("pin the namespace"))
+}
+
+fn table(table: &ConnTable) -> Vec<Connection> {
+    table
+        .connections()
         .expect("open the connection table")
         .collect::<Result<_, _>>()
         .expect("parse the connection table")
@@ -240,7 +246,7 @@ fn live_flows_are_typed_entries_of_their_namespace_only() {
     let lab = Lab::new(80, 8080);
     let streams: Vec<TcpStream> = (0..3).map(|_| lab.tcp(80)).collect();
     let udp_clients: Vec<SocketAddr> = (0..3).map(|i| lab.udp(80, 41_000 + i)).collect();
-    let router = NetNs::path(lab.router.path());
+    let router = table_at(lab.router.path());
     let entries = table(&router);
     let key = |c: &Connection| (c.protocol, c.client, c.virtual_addr, c.real);
     let seen: BTreeSet<_> = entries.iter().map(key).collect();
@@ -269,7 +275,8 @@ fn live_flows_are_typed_entries_of_their_namespace_only() {
     assert_eq!(seen.len(), 6);
 
     // The sync view: the same entries, all made here.
-    let synced: Vec<Connection> = conns::sync_connections(&router)
+    let synced: Vec<Connection> = router
+        .sync_connections()
         .expect("open ip_vs_conn_sync")
         .collect::<Result<_, _>>()
         .expect("parse ip_vs_conn_sync");
@@ -277,7 +284,7 @@ fn live_flows_are_typed_entries_of_their_namespace_only() {
     assert!(synced.iter().all(|c| c.origin == Some(Origin::Local)));
 
     // The test's own namespace (another one) has none of these entries.
-    let here = table(&NetNs::Current);
+    let here = table(&ConnTable::new());
     assert!(
         here.iter().all(|c| !seen.contains(&key(c))),
         "flows of the router namespace seen in this one: {here:#?}"
@@ -318,5 +325,5 @@ fn an_empty_table_lists_the_title_only() {
     let ns = TestNetns::with_ipvs();
     let listing = same_listing(&ns, &["-Lcn"]);
     assert_eq!(listing.lines().count(), 2, "{listing}");
-    assert!(table(&NetNs::path(ns.path())).is_empty());
+    assert!(table(&table_at(ns.path())).is_empty());
 }

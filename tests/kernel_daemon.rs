@@ -63,7 +63,7 @@ fn stops_a_daemon_that_never_ran() {
         // Whatever happens below, even a failed assertion, the spinners stop
         // (the scope joins them before a panic goes on).
         let _stop = StopOnDrop(&busy);
-        let mut sock = GenlSocket::open(h.netns()).expect("socket");
+        let mut sock = GenlSocket::open(&h.netns().into()).expect("socket");
         let mut seq = 0;
         let mut raced = 0;
         for _ in 0..20 {

@@ -1,6 +1,6 @@
 //! Kernel tests of `ipvsctl::nodeips`: each test builds its interfaces in a
 //! fresh network namespace with `ip`, then resolves node IPs there through
-//! `NetNs` and compares with exactly the expected addresses.
+//! a pinned `NetNs` and compares with exactly the expected addresses.
 //!
 //! Needs root, `ip` (iproute2) and dummy + veth interfaces: the cargo runner
 //! runs this binary inside the VM (`cargo test --test kernel_nodeips`). Where
@@ -47,12 +47,14 @@ fn up_with(ns: &TestNetns, name: &str, addrs: &[&str]) {
     }
 }
 
-fn netns(ns: &TestNetns) -> NetNs {
-    NetNs::named(ns.name())
+/// The options' defaults, in the test namespace pinned by `pin` (what
+/// `NetNs::named(NAME)` leads to now).
+fn pinned(ns: NetNs) -> Options {
+    Options::new().netns(ns.pin().unwrap_or_else(|e| panic!("{e}")))
 }
 
 fn opts(ns: &TestNetns) -> Options {
-    Options::new().netns(netns(ns))
+    pinned(NetNs::named(ns.name()))
 }
 
 fn addr_set(list: &[&str]) -> BTreeSet<IpAddr> {
@@ -486,12 +488,12 @@ fn one_namespace_does_not_see_another() {
     }
     // And by path and by open fd, the same as by name.
     assert_eq!(
-        resolve(&Options::new().netns(NetNs::path(a.path()))),
+        resolve(&pinned(NetNs::path(a.path()))),
         addr_set(&["10.91.0.1"])
     );
     let fd = std::fs::File::open(b.path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        resolve(&Options::new().netns(NetNs::fd(fd.into()))),
+        resolve(&pinned(NetNs::fd(fd.into()))),
         addr_set(&["10.92.0.1"])
     );
 }
@@ -513,13 +515,15 @@ fn only_loopback_gives_a_no_addresses_error_that_explains() {
 }
 
 #[test]
-fn missing_namespace_is_a_socket_error_naming_it() {
-    let err = nodeips::node_ips(&Options::new().netns(NetNs::named("ipvsctl-no-such-ns")));
+fn a_namespace_that_cannot_be_entered_is_a_socket_error_naming_it() {
+    // Opens fine, so it pins; setns(2) refuses it when a socket is made.
+    let err = nodeips::node_ips(&pinned(NetNs::path("/proc/self/status")));
     match err {
         Err(e @ NodeIpsError::Socket(_)) => {
+            let text = e.to_string();
             assert!(
-                e.to_string().contains("/run/netns/ipvsctl-no-such-ns"),
-                "{e}"
+                text.contains("/proc/self/status") && text.contains("not a network namespace"),
+                "{text}"
             );
         }
         other => panic!("expected a socket error, got {other:?}"),

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ipvsctl::conns::{self, Origin};
+use ipvsctl::conns::{ConnTable, Origin};
 use ipvsctl::model::{
     AddressFamily, DaemonRole, ForwardMethod, Protocol, RealServer, Scheduler, SyncDaemon,
     VirtualServer,
@@ -42,7 +42,9 @@ type Tuple = (SocketAddr, SocketAddr, SocketAddr);
 
 /// The TCP entries of `ns`'s connection table that came from `origin`.
 fn tcp_entries(ns: &TestNetns, origin: Origin) -> BTreeSet<Tuple> {
-    conns::sync_connections(&NetNs::path(ns.path()))
+    ConnTable::new()
+        .netns(NetNs::path(ns.path()).pin().unwrap())
+        .sync_connections()
         .expect("open ip_vs_conn_sync")
         .map(|e| e.expect("parse ip_vs_conn_sync"))
         .filter(|e| e.protocol == Protocol::Tcp && e.origin == Some(origin))

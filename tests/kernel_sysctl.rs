@@ -9,7 +9,7 @@
 mod support;
 
 use ipvsctl::NetNs;
-use ipvsctl::sysctl::{self, ArpAnnounce, ArpIgnore, ConnReuseMode, Knob, SysctlError, knobs};
+use ipvsctl::sysctl::{ArpAnnounce, ArpIgnore, ConnReuseMode, Knob, SysctlError, Sysctls, knobs};
 use support::TestNetns;
 
 /// Whether the running kernel is at least `major.minor`.
@@ -22,8 +22,8 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     have >= (major, minor)
 }
 
-fn ns_of(t: &TestNetns) -> NetNs {
-    NetNs::path(t.path())
+fn ns_of(t: &TestNetns) -> Sysctls {
+    Sysctls::new().netns(NetNs::path(t.path()).pin().expect("pin the test namespace"))
 }
 
 /// `sysctl -n NAME` inside the namespace: an observation independent of the library.
@@ -35,7 +35,7 @@ fn sysctl_n(t: &TestNetns, name: &str) -> String {
 fn defaults_of_a_fresh_namespace() {
     let t = TestNetns::with_ipvs();
     let ns = ns_of(&t);
-    let read_bool = |k: &Knob<bool>| sysctl::read(&ns, k).unwrap_or_else(|e| panic!("{e}"));
+    let read_bool = |k: &Knob<bool>| ns.read(k).unwrap_or_else(|e| panic!("{e}"));
     assert!(!read_bool(&knobs::CONNTRACK));
     assert!(!read_bool(&knobs::EXPIRE_NODEST_CONN));
     assert!(!read_bool(&knobs::EXPIRE_QUIESCENT_TEMPLATE));
@@ -45,10 +45,7 @@ fn defaults_of_a_fresh_namespace() {
     assert!(!read_bool(&knobs::SLOPPY_TCP));
     assert!(!read_bool(&knobs::BACKUP_ONLY));
     // run_estimation came with 5.16: on by default from there, absent before.
-    match (
-        kernel_at_least(5, 16),
-        sysctl::read(&ns, &knobs::RUN_ESTIMATION),
-    ) {
+    match (kernel_at_least(5, 16), ns.read(&knobs::RUN_ESTIMATION)) {
         (true, Ok(on)) => assert!(on),
         (false, Err(SysctlError::NotAvailable { knob, .. })) => {
             assert_eq!(knob, "net.ipv4.vs.run_estimation")
@@ -65,10 +62,10 @@ fn defaults_of_a_fresh_namespace() {
         assert!(!read_bool(k), "{}", k.name());
     }
     assert_eq!(
-        sysctl::read(&ns, &knobs::CONN_REUSE_MODE).ok(),
+        ns.read(&knobs::CONN_REUSE_MODE).ok(),
         Some(ConnReuseMode::RESCHEDULE)
     );
-    let int = |k: &Knob<i32>| sysctl::read(&ns, k).unwrap_or_else(|e| panic!("{e}"));
+    let int = |k: &Knob<i32>| ns.read(k).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(int(&knobs::AMEMTHRESH), 1024);
     assert_eq!(int(&knobs::AM_DROPRATE), 10);
     assert_eq!(int(&knobs::DROP_ENTRY), 0);
@@ -79,17 +76,14 @@ fn defaults_of_a_fresh_namespace() {
     assert_eq!(int(&knobs::SYNC_RETRIES), 0);
     assert_eq!(int(&knobs::SYNC_SOCK_SIZE), 0);
     assert_eq!(int(&knobs::SYNC_REFRESH_PERIOD), 0);
-    let qlen = sysctl::read(&ns, &knobs::SYNC_QLEN_MAX).expect("sync_qlen_max");
+    let qlen = ns.read(&knobs::SYNC_QLEN_MAX).expect("sync_qlen_max");
     assert_eq!(qlen.to_string(), sysctl_n(&t, "net.ipv4.vs.sync_qlen_max"));
     let ignore = knobs::arp_ignore("all").expect("knob");
-    assert_eq!(sysctl::read(&ns, &ignore).ok(), Some(ArpIgnore::AnyAddress));
+    assert_eq!(ns.read(&ignore).ok(), Some(ArpIgnore::AnyAddress));
     let announce = knobs::arp_announce("lo").expect("knob");
-    assert_eq!(
-        sysctl::read(&ns, &announce).ok(),
-        Some(ArpAnnounce::AnyAddress)
-    );
+    assert_eq!(ns.read(&announce).ok(), Some(ArpAnnounce::AnyAddress));
     if kernel_at_least(6, 2) {
-        assert_eq!(sysctl::read(&ns, &knobs::EST_NICE).ok(), Some(0));
+        assert_eq!(ns.read(&knobs::EST_NICE).ok(), Some(0));
     }
 }
 
@@ -97,43 +91,36 @@ fn defaults_of_a_fresh_namespace() {
 fn values_set_read_back_in_that_namespace_only() {
     let t = TestNetns::with_ipvs();
     let ns = ns_of(&t);
-    let before_root = sysctl::read(&NetNs::Current, &knobs::CONNTRACK).expect("root conntrack");
-    sysctl::write(&ns, &knobs::CONNTRACK, &!before_root).expect("conntrack");
-    sysctl::write(&ns, &knobs::EXPIRE_NODEST_CONN, &true).expect("expire_nodest_conn");
-    sysctl::write(&ns, &knobs::EXPIRE_QUIESCENT_TEMPLATE, &true).expect("expire_quiescent");
-    sysctl::write(&ns, &knobs::CONN_REUSE_MODE, &ConnReuseMode::all()).expect("conn_reuse_mode");
-    sysctl::write(&ns, &knobs::SYNC_RETRIES, &3).expect("sync_retries");
-    sysctl::write(&ns, &knobs::SYNC_PORTS, &4).expect("sync_ports");
+    let before_root = Sysctls::new()
+        .read(&knobs::CONNTRACK)
+        .expect("root conntrack");
+    ns.write(&knobs::CONNTRACK, &!before_root)
+        .expect("conntrack");
+    ns.write(&knobs::EXPIRE_NODEST_CONN, &true)
+        .expect("expire_nodest_conn");
+    ns.write(&knobs::EXPIRE_QUIESCENT_TEMPLATE, &true)
+        .expect("expire_quiescent");
+    ns.write(&knobs::CONN_REUSE_MODE, &ConnReuseMode::all())
+        .expect("conn_reuse_mode");
+    ns.write(&knobs::SYNC_RETRIES, &3).expect("sync_retries");
+    ns.write(&knobs::SYNC_PORTS, &4).expect("sync_ports");
     let ignore = knobs::arp_ignore("all").expect("knob");
     let announce = knobs::arp_announce("all").expect("knob");
-    sysctl::write(&ns, &ignore, &ArpIgnore::IncomingInterface).expect("arp_ignore");
-    sysctl::write(&ns, &announce, &ArpAnnounce::BestLocalAddress).expect("arp_announce");
+    ns.write(&ignore, &ArpIgnore::IncomingInterface)
+        .expect("arp_ignore");
+    ns.write(&announce, &ArpAnnounce::BestLocalAddress)
+        .expect("arp_announce");
 
+    assert_eq!(ns.read(&knobs::CONNTRACK).ok(), Some(!before_root));
+    assert_eq!(ns.read(&knobs::EXPIRE_NODEST_CONN).ok(), Some(true));
+    assert_eq!(ns.read(&knobs::EXPIRE_QUIESCENT_TEMPLATE).ok(), Some(true));
     assert_eq!(
-        sysctl::read(&ns, &knobs::CONNTRACK).ok(),
-        Some(!before_root)
-    );
-    assert_eq!(
-        sysctl::read(&ns, &knobs::EXPIRE_NODEST_CONN).ok(),
-        Some(true)
-    );
-    assert_eq!(
-        sysctl::read(&ns, &knobs::EXPIRE_QUIESCENT_TEMPLATE).ok(),
-        Some(true)
-    );
-    assert_eq!(
-        sysctl::read(&ns, &knobs::CONN_REUSE_MODE).ok(),
+        ns.read(&knobs::CONN_REUSE_MODE).ok(),
         Some(ConnReuseMode::all())
     );
-    assert_eq!(sysctl::read(&ns, &knobs::SYNC_RETRIES).ok(), Some(3));
-    assert_eq!(
-        sysctl::read(&ns, &ignore).ok(),
-        Some(ArpIgnore::IncomingInterface)
-    );
-    assert_eq!(
-        sysctl::read(&ns, &announce).ok(),
-        Some(ArpAnnounce::BestLocalAddress)
-    );
+    assert_eq!(ns.read(&knobs::SYNC_RETRIES).ok(), Some(3));
+    assert_eq!(ns.read(&ignore).ok(), Some(ArpIgnore::IncomingInterface));
+    assert_eq!(ns.read(&announce).ok(), Some(ArpAnnounce::BestLocalAddress));
     // What sysctl(8) sees in that namespace.
     assert_eq!(sysctl_n(&t, "net.ipv4.vs.conn_reuse_mode"), "3");
     assert_eq!(sysctl_n(&t, "net.ipv4.vs.sync_ports"), "4");
@@ -141,11 +128,11 @@ fn values_set_read_back_in_that_namespace_only() {
     assert_eq!(sysctl_n(&t, "net.ipv4.conf.all.arp_announce"), "2");
     // The initial namespace is untouched.
     assert_eq!(
-        sysctl::read(&NetNs::Current, &knobs::CONNTRACK).ok(),
+        Sysctls::new().read(&knobs::CONNTRACK).ok(),
         Some(before_root)
     );
     if kernel_at_least(6, 2) {
-        sysctl::write(&ns, &knobs::EST_NICE, &-5).expect("est_nice");
+        ns.write(&knobs::EST_NICE, &-5).expect("est_nice");
         assert_eq!(sysctl_n(&t, "net.ipv4.vs.est_nice"), "-5");
     }
 }
@@ -155,7 +142,7 @@ fn out_of_range_is_refused_before_writing() {
     let t = TestNetns::with_ipvs();
     let ns = ns_of(&t);
     for bad in [4, -1] {
-        match sysctl::write(&ns, &knobs::SYNC_RETRIES, &bad) {
+        match ns.write(&knobs::SYNC_RETRIES, &bad) {
             Err(SysctlError::Invalid { knob, reason, .. }) => {
                 assert_eq!(knob, "net.ipv4.vs.sync_retries");
                 assert_eq!(reason, "must be from 0 to 3");
@@ -164,20 +151,16 @@ fn out_of_range_is_refused_before_writing() {
         }
     }
     assert!(matches!(
-        sysctl::write(&ns, &knobs::SYNC_PORTS, &3),
+        ns.write(&knobs::SYNC_PORTS, &3),
         Err(SysctlError::Invalid { .. })
     ));
     assert!(matches!(
-        sysctl::write(
-            &ns,
-            &knobs::CONN_REUSE_MODE,
-            &ConnReuseMode::from_bits_retain(4)
-        ),
+        ns.write(&knobs::CONN_REUSE_MODE, &ConnReuseMode::from_bits_retain(4)),
         Err(SysctlError::Invalid { .. })
     ));
     let ignore = knobs::arp_ignore("all").expect("knob");
     assert!(matches!(
-        sysctl::write(&ns, &ignore, &ArpIgnore::Other(5)),
+        ns.write(&ignore, &ArpIgnore::Other(5)),
         Err(SysctlError::Invalid { .. })
     ));
     // Nothing reached the kernel.
@@ -193,7 +176,7 @@ fn missing_knobs_are_typed_errors() {
     let ns = ns_of(&t);
     let release = support::kernel_release();
     // est_nice came with 6.2: absent on 6.1, present on 6.12.
-    match (kernel_at_least(6, 2), sysctl::read(&ns, &knobs::EST_NICE)) {
+    match (kernel_at_least(6, 2), ns.read(&knobs::EST_NICE)) {
         (true, Ok(_)) => {}
         (false, Err(SysctlError::NotAvailable { knob, kernel })) => {
             assert_eq!(knob, "net.ipv4.vs.est_nice");
@@ -202,10 +185,7 @@ fn missing_knobs_are_typed_errors() {
         (newer, other) => panic!("est_nice on {release} (>= 6.2: {newer}): {other:?}"),
     }
     let fake = knobs::ipvs_integer("no_such_knob").expect("valid name");
-    for result in [
-        sysctl::read(&ns, &fake).map(|_| ()),
-        sysctl::write(&ns, &fake, &1),
-    ] {
+    for result in [ns.read(&fake).map(|_| ()), ns.write(&fake, &1)] {
         match result {
             Err(SysctlError::NotAvailable { knob, kernel }) => {
                 assert_eq!(knob, "net.ipv4.vs.no_such_knob");
@@ -215,7 +195,7 @@ fn missing_knobs_are_typed_errors() {
         }
     }
     let no_dev = knobs::arp_ignore("nosuchdev0").expect("valid name");
-    match sysctl::read(&ns, &no_dev) {
+    match ns.read(&no_dev) {
         Err(SysctlError::NoSuchInterface { interface, .. }) => {
             assert_eq!(interface, "nosuchdev0")
         }

@@ -21,10 +21,15 @@ use ipvsctl::nodeips::{self, Options};
 use ipvsctl::vip::{DEFAULT_DEVICE, VipDevice, VipError};
 use support::TestNetns;
 
+/// The test namespace, pinned.
+fn pinned(ns: &TestNetns) -> ipvsctl::PinnedNetNs {
+    NetNs::path(ns.path())
+        .pin()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn device(ns: &TestNetns, name: &str) -> VipDevice {
-    VipDevice::new(name)
-        .expect("valid name")
-        .netns(NetNs::path(ns.path()))
+    VipDevice::new(name).expect("valid name").netns(pinned(ns))
 }
 
 fn ips(list: &[&str]) -> Vec<IpAddr> {
@@ -364,7 +369,9 @@ fn bad_input_is_refused_before_anything_is_sent() {
 #[test]
 fn the_device_lives_in_the_namespace_of_the_handle() {
     let (ns, handle) = support::netns_with_handle();
-    let dev = VipDevice::new("kube-ipvs0").unwrap().netns_of(&handle);
+    let dev = VipDevice::new("kube-ipvs0")
+        .unwrap()
+        .netns(handle.netns().clone());
     dev.converge(ips(&["10.96.0.1"]))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ip_addrs(&ns, "kube-ipvs0").0, set(&["10.96.0.1/32"]));
@@ -383,7 +390,7 @@ fn node_ips_skip_the_vip_device() {
     device(&ns, DEFAULT_DEVICE)
         .converge(ips(&["10.96.0.1", "2001:db8::a"]))
         .unwrap_or_else(|e| panic!("{e}"));
-    let opts = Options::new().netns(NetNs::path(ns.path()));
+    let opts = Options::new().netns(pinned(&ns));
     let found = nodeips::node_ip_addrs(&opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(found, ips(&["192.168.10.5"]));
     let all = nodeips::node_ip_addrs(&opts.include(DEFAULT_DEVICE)).unwrap();
@@ -393,9 +400,7 @@ fn node_ips_skip_the_vip_device() {
     device(&ns, "ipvs0")
         .converge(ips(&["10.96.0.2"]))
         .unwrap_or_else(|e| panic!("{e}"));
-    let opts = Options::new()
-        .netns(NetNs::path(ns.path()))
-        .exclude("ipvs0");
+    let opts = Options::new().netns(pinned(&ns)).exclude("ipvs0");
     assert_eq!(
         nodeips::node_ip_addrs(&opts).unwrap(),
         ips(&["192.168.10.5"])

@@ -9,8 +9,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use ipvsctl::NetNs;
-use ipvsctl::conns::{self, ConnError, Connection};
+use ipvsctl::conns::{self, ConnError, ConnTable, Connection};
 use ipvsctl::model::Protocol;
 
 use super::format::{self, Namer};
@@ -72,7 +71,7 @@ pub fn entry(out: &mut String, c: &Connection, f: &Format, n: &dyn Namer) {
 
 /// The whole listing of the caller's namespace.
 pub fn list(out: &mut String, f: &Format, n: &dyn Namer) -> Result<(), String> {
-    let reader = conns::connections(&NetNs::Current).map_err(|e| match e {
+    let reader = ConnTable::new().connections().map_err(|e| match e {
         ConnError::Io { .. } => "cannot open file /proc/net/ip_vs_conn".to_owned(),
         other => other.to_string(),
     })?;

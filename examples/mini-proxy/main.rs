@@ -53,8 +53,9 @@ use ipvsctl::nodeips::{self, Options};
 use ipvsctl::sync::{
     DesiredState, FileLedger, Ledger, LedgerFileError, SyncOptions, SyncReport, Syncer, Verify,
 };
+use ipvsctl::sysctl::Sysctls;
 use ipvsctl::vip::{VipDevice, VipReport};
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, NetNs, PinnedNetNs};
 
 use config::Config;
 
@@ -155,7 +156,7 @@ fn log_vips(r: &VipReport) {
 
 /// Node IPs for NodePort services: every up interface but the VIP device
 /// (and kube-proxy's `kube-ipvs0`, which `nodeips` skips by default).
-fn node_ips(args: &Args, ns: &NetNs) -> Result<Vec<IpAddr>, String> {
+fn node_ips(args: &Args, ns: &PinnedNetNs) -> Result<Vec<IpAddr>, String> {
     let opts = Options::new()
         .exclude(args.device.clone())
         .netns(ns.clone());
@@ -201,7 +202,7 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
 /// Reads the file, binds the VIPs, expands NodePorts and syncs.
 fn sync_once(
     args: &Args,
-    ns: &NetNs,
+    ns: &PinnedNetNs,
     vips: &VipDevice,
     syncer: &mut Syncer<Arc<Handle>>,
     why: &str,
@@ -283,10 +284,10 @@ fn run() -> Result<(), String> {
     let ns = handle.netns().clone();
     let vips = VipDevice::new(args.device.clone())
         .map_err(|e| format!("--device: {e}"))?
-        .netns_of(&handle);
+        .netns(ns.clone());
     // ip_vs is loaded now (the handle found its family): its sysctls exist.
     let strict_arp = Config::load(&args.config)?.strict_arp;
-    for line in sysctl::prepare(&ns, strict_arp)? {
+    for line in sysctl::prepare(&Sysctls::new().netns(ns.clone()), strict_arp)? {
         println!("{line}");
     }
     let mut options = SyncOptions::default();

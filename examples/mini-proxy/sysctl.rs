@@ -1,15 +1,15 @@
 //! The IPVS sysctls a proxy depends on, set at start the way kube-proxy's
-//! IPVS mode sets them, through `ipvsctl::sysctl` (per namespace).
+//! IPVS mode sets them, through `ipvsctl::sysctl` (in the handle's namespace).
 
-use ipvsctl::sysctl::{self, ArpAnnounce, ArpIgnore, ConnReuseMode, knobs};
-use ipvsctl::{KernelVersion, NetNs};
+use ipvsctl::KernelVersion;
+use ipvsctl::sysctl::{self, ArpAnnounce, ArpIgnore, ConnReuseMode, Sysctls, knobs};
 
 /// From this kernel on, `conn_reuse_mode=1` no longer stalls new
 /// connections on reused ports for a second (kube-proxy leaves it alone
 /// there; kubernetes/kubernetes issue 93297).
 const CONN_REUSE_FIXED: KernelVersion = KernelVersion::new(5, 9, 0);
 
-/// Sets, in `ns`:
+/// Sets, through `sysctls`:
 ///
 /// * `net.ipv4.vs.conntrack=1`: IPVS keeps conntrack entries, which the
 ///   masquerading of NodePort and cluster traffic needs;
@@ -23,10 +23,10 @@ const CONN_REUSE_FIXED: KernelVersion = KernelVersion::new(5, 9, 0);
 ///   `arp_announce=2`.
 ///
 /// Returns one log line per knob.
-pub fn prepare(ns: &NetNs, strict_arp: bool) -> Result<Vec<String>, String> {
+pub fn prepare(sysctls: &Sysctls, strict_arp: bool) -> Result<Vec<String>, String> {
     let mut log = Vec::new();
     let mut set_bool = |knob: &sysctl::Knob<bool>| -> Result<(), String> {
-        sysctl::write(ns, knob, &true).map_err(|e| e.to_string())?;
+        sysctls.write(knob, &true).map_err(|e| e.to_string())?;
         log.push(format!("sysctl {}=1", knob.name()));
         Ok(())
     };
@@ -41,7 +41,8 @@ pub fn prepare(ns: &NetNs, strict_arp: bool) -> Result<Vec<String>, String> {
             knobs::CONN_REUSE_MODE.name()
         )),
         _ => {
-            sysctl::write(ns, &knobs::CONN_REUSE_MODE, &ConnReuseMode::empty())
+            sysctls
+                .write(&knobs::CONN_REUSE_MODE, &ConnReuseMode::empty())
                 .map_err(|e| e.to_string())?;
             log.push(format!("sysctl {}=0", knobs::CONN_REUSE_MODE.name()));
         }
@@ -49,10 +50,14 @@ pub fn prepare(ns: &NetNs, strict_arp: bool) -> Result<Vec<String>, String> {
 
     if strict_arp {
         let ignore = knobs::arp_ignore("all").map_err(|e| e.to_string())?;
-        sysctl::write(ns, &ignore, &ArpIgnore::IncomingInterface).map_err(|e| e.to_string())?;
+        sysctls
+            .write(&ignore, &ArpIgnore::IncomingInterface)
+            .map_err(|e| e.to_string())?;
         log.push(format!("sysctl {}=1", ignore.name()));
         let announce = knobs::arp_announce("all").map_err(|e| e.to_string())?;
-        sysctl::write(ns, &announce, &ArpAnnounce::BestLocalAddress).map_err(|e| e.to_string())?;
+        sysctls
+            .write(&announce, &ArpAnnounce::BestLocalAddress)
+            .map_err(|e| e.to_string())?;
         log.push(format!("sysctl {}=2", announce.name()));
     }
     Ok(log)

@@ -6,20 +6,20 @@
 //! line at a time through a [`BufRead`] with one reused line buffer, so a
 //! table of a million entries is never held in memory as a whole.
 //!
-//! The file shows the table of the network namespace it was opened in.
-//! [`connections`] opens `/proc/thread-self/net/ip_vs_conn` from a thread
-//! inside the requested namespace (see [`run_in`](crate::netlink::netns::run_in()));
-//! reading then happens on the caller's thread.
+//! The file shows the table of the network namespace it was opened in. A
+//! [`ConnTable`] opens `/proc/thread-self/net/ip_vs_conn` in the calling
+//! thread's namespace, or in a pinned one ([`ConnTable::netns`]) from a
+//! thread inside it (see [`run_in`](crate::netlink::netns::run_in())); reading
+//! then happens on the caller's thread.
 //!
 //! Every line is checked; a line that does not have the kernel's format is a
 //! [`ConnError::Parse`] naming the line and the field, never a panic.
 //!
 //! ```no_run
-//! use ipvsctl::NetNs;
-//! use ipvsctl::conns::{self, ConnState};
+//! use ipvsctl::conns::{ConnState, ConnTable};
 //!
 //! let mut established = 0;
-//! for entry in conns::connections(&NetNs::Current)? {
+//! for entry in ConnTable::new().connections()? {
 //!     if entry?.state == ConnState::Established {
 //!         established += 1;
 //!     }
@@ -37,7 +37,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::model::Protocol;
-use crate::netlink::netns::{NetNs, run_in};
+use crate::netlink::netns::{NetNs, PinnedNetNs, run_in};
 
 pub use parse::{ConnParseError, Field};
 
@@ -371,22 +371,64 @@ impl<R: BufRead> Iterator for ConnReader<R> {
     }
 }
 
-/// The connection table of namespace `ns` (`/proc/net/ip_vs_conn` as seen
-/// there), as a streaming reader.
+/// The IPVS connection table of one network namespace, read as streams of
+/// entries ([`ConnTable::connections`], [`ConnTable::sync_connections`]).
 ///
-/// The file is opened by a thread inside `ns`; the returned reader keeps
-/// showing that namespace's table wherever it is read.
+/// [`ConnTable::new`] reads the table of the calling thread's namespace, as
+/// it is at each call; [`ConnTable::netns`] fixes a pinned namespace (for
+/// example a handle's, [`crate::Handle::netns`]). Cheap to clone.
 ///
-/// Errors: the namespace cannot be entered, or the file cannot be opened
-/// (`NotFound`: `ip_vs` is not loaded).
-pub fn connections(ns: &NetNs) -> Result<ConnReader<BufReader<File>>, ConnError> {
-    open(ns, CONN_FILE)
+/// ```no_run
+/// use ipvsctl::{Handle, NetNs};
+/// use ipvsctl::conns::ConnTable;
+///
+/// let ipvs = Handle::open(&NetNs::named("lb"))?;
+/// let table = ConnTable::new().netns(ipvs.netns().clone());
+/// println!("{} entries", table.connections()?.count());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ConnTable {
+    netns: NetNs,
 }
 
-/// The connection table of namespace `ns` with each entry's [`Origin`]
-/// (`/proc/net/ip_vs_conn_sync`), as a streaming reader. See [`connections`].
-pub fn sync_connections(ns: &NetNs) -> Result<ConnReader<BufReader<File>>, ConnError> {
-    open(ns, CONN_SYNC_FILE)
+impl ConnTable {
+    /// The table of the calling thread's namespace, looked up at each call.
+    pub fn new() -> ConnTable {
+        ConnTable::default()
+    }
+
+    /// The table of the pinned namespace `netns` ([`NetNs::pin`], or
+    /// [`crate::Handle::netns`]) instead, even after the name it was pinned
+    /// by leads to another namespace.
+    pub fn netns(mut self, netns: PinnedNetNs) -> ConnTable {
+        self.netns = NetNs::Pinned(netns);
+        self
+    }
+
+    /// The namespace: [`NetNs::Pinned`] once set with [`ConnTable::netns`],
+    /// else [`NetNs::Current`] (the calling thread's).
+    pub fn namespace(&self) -> &NetNs {
+        &self.netns
+    }
+
+    /// The table (`/proc/net/ip_vs_conn` as the namespace sees it), as a
+    /// streaming reader.
+    ///
+    /// The file is opened inside the namespace; the returned reader keeps
+    /// showing that namespace's table wherever it is read.
+    ///
+    /// Errors: the namespace cannot be entered, or the file cannot be opened
+    /// (`NotFound`: `ip_vs` is not loaded).
+    pub fn connections(&self) -> Result<ConnReader<BufReader<File>>, ConnError> {
+        open(&self.netns, CONN_FILE)
+    }
+
+    /// The table with each entry's [`Origin`] (`/proc/net/ip_vs_conn_sync`),
+    /// as a streaming reader. See [`ConnTable::connections`].
+    pub fn sync_connections(&self) -> Result<ConnReader<BufReader<File>>, ConnError> {
+        open(&self.netns, CONN_SYNC_FILE)
+    }
 }
 
 fn open(ns: &NetNs, path: &str) -> Result<ConnReader<BufReader<File>>, ConnError> {

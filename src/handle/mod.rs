@@ -24,7 +24,7 @@ pub(crate) use error::{Target, describe};
 
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
-use crate::netlink::netns::NetNs;
+use crate::netlink::netns::{NetNs, PinnedNetNs};
 use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Reply};
 use lane::Lane;
 
@@ -145,7 +145,7 @@ pub struct Handle {
     /// Table-wide service dumps ([`DumpSize::Large`]), opened on first use.
     tables: Lane<Inner>,
     family: u16,
-    netns: NetNs,
+    netns: PinnedNetNs,
     timeout: Duration,
     /// Requests per datagram of the main socket (see
     /// [`GenlSocket::max_batch`]).
@@ -253,11 +253,9 @@ impl Handle {
 
     /// [`Handle::open`] with options (see [`HandleOptions`]).
     pub fn open_with_options(netns: &NetNs, options: &HandleOptions) -> Result<Self> {
-        let netns = NetNs::Pinned(
-            netns
-                .pin()
-                .map_err(|e| Error::io(Operation::OpenNamespace, e))?,
-        );
+        let netns = netns
+            .pin()
+            .map_err(|e| Error::io(Operation::OpenNamespace, e))?;
         let mut sock = open_socket(&netns, DumpSize::Page, options.timeout)?;
         let family = sock
             .resolve_family(consts::FAMILY_NAME, 1)
@@ -280,11 +278,25 @@ impl Handle {
         })
     }
 
-    /// The network namespace this handle works in: always a
-    /// [`NetNs::Pinned`], which displays as what the handle was opened with
-    /// and the namespace's identity (`/run/netns/blue (net:[4026532301])`).
-    /// A handle opened from it works in exactly the same namespace.
-    pub fn netns(&self) -> &NetNs {
+    /// The network namespace this handle works in, pinned when it opened;
+    /// it displays as what the handle was opened with and the namespace's
+    /// identity (`/run/netns/blue (net:[4026532301])`). Hand it to the other
+    /// components ([`crate::vip::VipDevice::netns`],
+    /// [`crate::nodeips::Options::netns`], [`crate::sysctl::Sysctls::netns`],
+    /// [`crate::conns::ConnTable::netns`]) to keep them with this handle's
+    /// IPVS table; a handle opened from it ([`NetNs::from`]) works in exactly
+    /// the same namespace.
+    ///
+    /// ```no_run
+    /// use ipvsctl::{Handle, NetNs};
+    /// use ipvsctl::sysctl::{Sysctls, knobs};
+    ///
+    /// let ipvs = Handle::open(&NetNs::named("lb"))?;
+    /// let sysctls = Sysctls::new().netns(ipvs.netns().clone());
+    /// sysctls.write(&knobs::CONNTRACK, &true)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn netns(&self) -> &PinnedNetNs {
         &self.netns
     }
 
@@ -427,7 +439,7 @@ impl Handle {
     /// (a syncer's parallel readers).
     pub(crate) fn open_sibling(&self) -> Result<Handle> {
         let options = HandleOptions::new().with_timeout(self.timeout);
-        Handle::open_with_options(&self.netns, &options)
+        Handle::open_with_options(&NetNs::from(&self.netns), &options)
     }
 
     /// Requests per datagram of the main socket.
@@ -437,9 +449,9 @@ impl Handle {
 }
 
 /// Opens one of the handle's sockets, with the handle's timeout.
-fn open_socket(netns: &NetNs, dumps: DumpSize, timeout: Duration) -> Result<GenlSocket> {
-    let mut sock =
-        GenlSocket::open_with(netns, dumps).map_err(|e| Error::io(Operation::OpenSocket, e))?;
+fn open_socket(netns: &PinnedNetNs, dumps: DumpSize, timeout: Duration) -> Result<GenlSocket> {
+    let mut sock = GenlSocket::open_with(&NetNs::from(netns), dumps)
+        .map_err(|e| Error::io(Operation::OpenSocket, e))?;
     sock.set_timeout(timeout)
         .map_err(|e| Error::io(Operation::OpenSocket, e))?;
     Ok(sock)

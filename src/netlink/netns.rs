@@ -19,6 +19,17 @@
 //! long as the pin lives. A [`crate::Handle`] pins its namespace when it
 //! opens.
 //!
+//! The crate's components that work in a namespace ([`crate::vip::VipDevice`],
+//! [`crate::nodeips::Options`], [`crate::sysctl::Sysctls`],
+//! [`crate::conns::ConnTable`]) therefore take a [`PinnedNetNs`], never a
+//! name or a path: pin once (or take [`crate::Handle::netns`]) and hand the
+//! same pin to each, and they all stay in the namespace the pin holds, with
+//! the handle's IPVS table. Left unset, each works in the namespace of the
+//! thread that calls it, looked up at each call: what a process that never
+//! changes namespace wants, at no extra cost. The functions of this module
+//! ([`socket_in`], [`run_in`]) make one socket or run one closure, so they
+//! take any [`NetNs`] and resolve it once for that call.
+//!
 //! ```no_run
 //! use ipvsctl::netlink::netns::{NetNs, socket_in};
 //!
@@ -73,9 +84,9 @@ pub enum NetNs {
     /// An already open namespace file descriptor (for example one kept from
     /// `/proc/PID/ns/net` so the namespace outlives the process).
     Fd(Arc<OwnedFd>),
-    /// A namespace pinned by [`NetNs::pin`]: what [`crate::Handle::netns`]
-    /// returns, so that another handle opened from it works in exactly the
-    /// same namespace.
+    /// A namespace pinned by [`NetNs::pin`] (or a handle's,
+    /// [`crate::Handle::netns`]), so that a handle or socket opened from it
+    /// works in exactly that namespace.
     Pinned(PinnedNetNs),
 }
 
@@ -234,6 +245,12 @@ impl From<PinnedNetNs> for NetNs {
     }
 }
 
+impl From<&PinnedNetNs> for NetNs {
+    fn from(pinned: &PinnedNetNs) -> Self {
+        NetNs::Pinned(pinned.clone())
+    }
+}
+
 impl fmt::Display for NetNs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -246,7 +263,9 @@ impl fmt::Display for NetNs {
     }
 }
 
-/// A network namespace held open by a file descriptor ([`NetNs::pin`]).
+/// A network namespace held open by a file descriptor ([`NetNs::pin`]): what
+/// every component of the crate takes to work in a namespace, and what
+/// [`crate::Handle::netns`] returns.
 ///
 /// Cheap to clone (the descriptor is shared). The namespace lives at least as
 /// long as any clone, even when its name is deleted and every process in it

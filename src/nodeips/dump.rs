@@ -14,33 +14,33 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::decode::{self, OnMessage, RTM_NEWADDR, RTM_NEWLINK};
 use super::error::NodeIpsError;
-use super::options::Family;
+use super::options::{Family, Options};
 use super::records::{AddressRecord, LinkRecord, Records};
 use crate::netlink::netns::NetNs;
-use crate::netlink::route::{DEFAULT_TIMEOUT, Received, RecvError, RouteSocket, check_timeout};
+use crate::netlink::route::{Received, RecvError, RouteSocket, check_timeout};
 /// How many times a dump is retried when the kernel flags it inconsistent.
 const MAX_ATTEMPTS: u32 = 5;
 
 const LINK_DUMP: &str = "link dump";
 const ADDRESS_DUMP: &str = "address dump";
 
-/// Dumps every interface and every address of `family` in `netns`: exactly
-/// one `RTM_GETLINK` dump and one `RTM_GETADDR` dump (repeated only if the
-/// kernel flags a dump as interrupted by concurrent changes, or a datagram did
-/// not fit the receive buffer). Each wait for the kernel is bounded by the
-/// default of [`Options::timeout`](super::Options::timeout) (10 s); a silent
-/// kernel is [`NodeIpsError::Timeout`].
+/// Dumps every interface and every address of [`Options::family`] in
+/// [`Options::netns`]: exactly one `RTM_GETLINK` dump and one `RTM_GETADDR`
+/// dump (repeated only if the kernel flags a dump as interrupted by
+/// concurrent changes, or a datagram did not fit the receive buffer). Each
+/// wait for the kernel is bounded by [`Options::timeout`]; a silent kernel
+/// is [`NodeIpsError::Timeout`]. The other options are for
+/// [`filter`](super::filter).
 ///
 /// ```no_run
-/// use ipvsctl::netlink::netns::NetNs;
-/// use ipvsctl::nodeips::{dump_records, Family};
+/// use ipvsctl::nodeips::{dump_records, Family, Options};
 ///
-/// let records = dump_records(&NetNs::Current, Family::Both)?;
+/// let records = dump_records(&Options::new().family(Family::Both))?;
 /// println!("{} interfaces, {} addresses", records.links.len(), records.addresses.len());
 /// # Ok::<(), ipvsctl::nodeips::NodeIpsError>(())
 /// ```
-pub fn dump_records(netns: &NetNs, family: Family) -> Result<Records, NodeIpsError> {
-    dump_records_within(netns, family, DEFAULT_TIMEOUT)
+pub fn dump_records(opts: &Options) -> Result<Records, NodeIpsError> {
+    dump_records_within(&opts.netns, opts.family, opts.timeout)
 }
 
 /// [`dump_records`] with each wait bounded by `timeout`.

@@ -13,7 +13,8 @@
 //! The work is split in two:
 //!
 //! * [`dump_records`] — the I/O: one `RTM_GETLINK` and one `RTM_GETADDR` dump
-//!   over rtnetlink, in any network namespace ([`NetNs`]).
+//!   over rtnetlink, in the calling thread's network namespace or a pinned
+//!   one ([`Options::netns`], [`PinnedNetNs`]).
 //! * [`filter`] — pure: decoded [`LinkRecord`]s and [`AddressRecord`]s plus
 //!   [`Options`] → a [`Report`] holding the [`NodeIp`]s and the verdict for
 //!   every interface and address.
@@ -38,7 +39,7 @@
 //! # Ok::<(), NodeIpsError>(())
 //! ```
 //!
-//! [`NetNs`]: crate::netlink::netns::NetNs
+//! [`PinnedNetNs`]: crate::netlink::netns::PinnedNetNs
 
 mod decode;
 pub(crate) mod dump;
@@ -61,7 +62,8 @@ pub use report::{
 
 /// Resolves the node IPs under `opts`: sorted, without duplicates.
 ///
-/// Costs one link dump and one address dump in [`Options::netns`]. When no
+/// Costs one link dump and one address dump in the options' namespace
+/// ([`Options::netns`]; the calling thread's unless set). When no
 /// address is kept the result is [`NodeIpsError::NoAddresses`], whose
 /// [`Report`] says why each interface and address was skipped — an empty list
 /// is never returned.
@@ -110,7 +112,7 @@ pub fn node_ip_addrs(opts: &Options) -> Result<Vec<IpAddr>, NodeIpsError> {
 /// # Ok::<(), ipvsctl::nodeips::NodeIpsError>(())
 /// ```
 pub fn explain(opts: &Options) -> Result<Report, NodeIpsError> {
-    let records = dump::dump_records_within(&opts.netns, opts.family, opts.timeout)?;
+    let records = dump_records(opts)?;
     Ok(filter(&records.links, &records.addresses, opts))
 }
 

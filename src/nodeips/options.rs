@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 
-use crate::netlink::netns::NetNs;
+use crate::netlink::netns::{NetNs, PinnedNetNs};
 use crate::netlink::route::DEFAULT_TIMEOUT;
 
 /// The interface excluded by default: where kube-proxy (and
@@ -99,7 +99,7 @@ impl FromStr for Family {
 /// | [`link_local`](Options::link_local) | off | keep IPv6 link-local addresses (`fe80::/10`) |
 /// | [`skip_deprecated`](Options::skip_deprecated) | off | drop addresses whose preferred lifetime expired |
 /// | [`require_running`](Options::require_running) | off | also require `IFF_RUNNING` and `IFF_LOWER_UP` |
-/// | [`netns`](Options::netns) | current | the network namespace to look in |
+/// | [`netns`](Options::netns) | the calling thread's | the pinned network namespace to look in |
 /// | [`timeout`](Options::timeout) | 10 s | the longest wait for the kernel |
 ///
 /// Always: interfaces must be administratively up (`IFF_UP`), whatever their
@@ -149,8 +149,9 @@ impl Default for Options {
 impl Options {
     /// The defaults: both families, `kube-ipvs0` excluded (as kube-proxy
     /// does: its addresses are service VIPs), no CIDR filter, no loopback, no
-    /// IPv6 link-local, deprecated addresses kept, UP suffices, current
-    /// namespace, waits of at most 10 s.
+    /// IPv6 link-local, deprecated addresses kept, UP suffices, the
+    /// namespace of the thread that resolves (at each call), waits of at
+    /// most 10 s.
     ///
     /// ```
     /// let opts = ipvsctl::nodeips::Options::new();
@@ -296,16 +297,20 @@ impl Options {
         self
     }
 
-    /// Look in network namespace `netns` instead of the caller's.
+    /// Look in the pinned namespace `netns` ([`NetNs::pin`], or
+    /// [`crate::Handle::netns`]) instead of the calling thread's: every
+    /// resolution with these options looks there, even after the name it
+    /// was pinned by leads to another namespace.
     ///
-    /// ```
-    /// use ipvsctl::netlink::netns::NetNs;
+    /// ```no_run
+    /// use ipvsctl::NetNs;
     /// use ipvsctl::nodeips::Options;
-    /// let opts = Options::new().netns(NetNs::named("blue"));
+    /// let opts = Options::new().netns(NetNs::named("blue").pin()?);
     /// # drop(opts);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn netns(mut self, netns: NetNs) -> Self {
-        self.netns = netns;
+    pub fn netns(mut self, netns: PinnedNetNs) -> Self {
+        self.netns = NetNs::Pinned(netns);
         self
     }
 
@@ -340,7 +345,8 @@ impl Options {
         self.timeout
     }
 
-    /// The namespace these options look in.
+    /// The namespace these options look in: [`NetNs::Pinned`] once set with
+    /// [`Options::netns`], else [`NetNs::Current`] (the calling thread's).
     ///
     /// ```
     /// use ipvsctl::nodeips::Options;

@@ -85,7 +85,7 @@ pub(crate) struct Writer {
 impl Writer {
     /// A write socket in the handle's namespace, with its timeout.
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
-        let mut sock = GenlSocket::open(handle.netns())?;
+        let mut sock = GenlSocket::open(&handle.netns().into())?;
         sock.set_timeout(handle.timeout())?;
         let small = Pipeline::new(1, limits(&sock, false), sock.timeout());
         Ok(Writer {

@@ -3,11 +3,13 @@
 //! written per network namespace.
 //!
 //! Every [`Knob`] knows its file under `/proc/sys`, the type of its value
-//! and the values the kernel accepts; [`write()`] refuses anything else with
-//! [`SysctlError::Invalid`] before the file is opened. The `/proc/sys/net`
-//! tree is per network namespace and shows the namespace of the thread that
-//! opens a file, so [`read`] and [`write()`] open it from a thread inside the
-//! requested namespace (see [`run_in`]).
+//! and the values the kernel accepts; [`Sysctls::write`] refuses anything
+//! else with [`SysctlError::Invalid`] before the file is opened. The
+//! `/proc/sys/net` tree is per network namespace and shows the namespace of
+//! the thread that opens a file. [`Sysctls`] works in the calling thread's
+//! namespace, or in a pinned one ([`Sysctls::netns`]): then it opens the
+//! file from a thread inside that namespace (see [`run_in`]), unless the
+//! calling thread is in it already.
 //!
 //! `/proc/sys/net/ipv4/vs` exists only while `ip_vs` is loaded
 //! ([`SysctlError::IpvsNotLoaded`]); knobs newer than the running kernel are
@@ -15,19 +17,19 @@
 //!
 //! ```no_run
 //! use ipvsctl::NetNs;
-//! use ipvsctl::sysctl::{self, ArpAnnounce, ArpIgnore, ConnReuseMode, knobs};
+//! use ipvsctl::sysctl::{ArpAnnounce, ArpIgnore, ConnReuseMode, Sysctls, knobs};
 //!
-//! let ns = NetNs::named("lb");
+//! let lb = Sysctls::new().netns(NetNs::named("lb").pin()?);
 //! // What kube-proxy's IPVS mode sets.
-//! sysctl::write(&ns, &knobs::CONNTRACK, &true)?;
-//! sysctl::write(&ns, &knobs::EXPIRE_NODEST_CONN, &true)?;
-//! sysctl::write(&ns, &knobs::EXPIRE_QUIESCENT_TEMPLATE, &true)?;
-//! sysctl::write(&ns, &knobs::CONN_REUSE_MODE, &ConnReuseMode::empty())?;
+//! lb.write(&knobs::CONNTRACK, &true)?;
+//! lb.write(&knobs::EXPIRE_NODEST_CONN, &true)?;
+//! lb.write(&knobs::EXPIRE_QUIESCENT_TEMPLATE, &true)?;
+//! lb.write(&knobs::CONN_REUSE_MODE, &ConnReuseMode::empty())?;
 //! // Strict ARP.
-//! sysctl::write(&ns, &knobs::arp_ignore("all")?, &ArpIgnore::IncomingInterface)?;
-//! sysctl::write(&ns, &knobs::arp_announce("all")?, &ArpAnnounce::BestLocalAddress)?;
-//! assert!(sysctl::read(&ns, &knobs::CONNTRACK)?);
-//! # Ok::<(), ipvsctl::sysctl::SysctlError>(())
+//! lb.write(&knobs::arp_ignore("all")?, &ArpIgnore::IncomingInterface)?;
+//! lb.write(&knobs::arp_announce("all")?, &ArpAnnounce::BestLocalAddress)?;
+//! assert!(lb.read(&knobs::CONNTRACK)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod knobs;
@@ -39,7 +41,7 @@ use std::io::{self, Write as _};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
-use crate::netlink::netns::{NetNs, run_in};
+use crate::netlink::netns::{NetNs, PinnedNetNs, run_in};
 
 pub use value::{ArpAnnounce, ArpIgnore, ConnReuseMode, KnobValue};
 
@@ -236,35 +238,86 @@ enum Missing {
     Interface(String),
 }
 
-/// Reads `knob` as the namespace `ns` sees it.
+/// The sysctls of one network namespace: [`Sysctls::read`] and
+/// [`Sysctls::write`] there.
 ///
-/// Errors: [`SysctlError::NotAvailable`], [`SysctlError::IpvsNotLoaded`],
-/// [`SysctlError::NoSuchInterface`], [`SysctlError::Unexpected`], or
-/// [`SysctlError::Io`] (including failing to enter `ns`).
-pub fn read<V: KnobValue>(ns: &NetNs, knob: &Knob<V>) -> Result<V, SysctlError> {
-    let path = knob.path();
-    let text = access(ns, knob, "read", || std::fs::read_to_string(&path))?;
-    let trimmed = text.trim();
-    V::parse(trimmed).ok_or_else(|| SysctlError::Unexpected {
-        knob: knob.name(),
-        text: trimmed.to_owned(),
-    })
+/// [`Sysctls::new`] works in the namespace of the thread that calls it, at
+/// each call, at the cost of the file access alone; [`Sysctls::netns`] fixes
+/// a pinned namespace (for example a handle's, [`crate::Handle::netns`]).
+/// Cheap to clone.
+///
+/// ```no_run
+/// use ipvsctl::sysctl::{Sysctls, knobs};
+///
+/// let here = Sysctls::new();
+/// println!("conntrack: {}", here.read(&knobs::CONNTRACK)?);
+/// # Ok::<(), ipvsctl::sysctl::SysctlError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Sysctls {
+    netns: NetNs,
 }
 
-/// Sets `knob` to `value` in the namespace `ns`, after [`Knob::check`].
-///
-/// Errors: as [`read`], and [`SysctlError::Invalid`] before anything is
-/// opened.
-pub fn write<V: KnobValue>(ns: &NetNs, knob: &Knob<V>, value: &V) -> Result<(), SysctlError> {
-    knob.check(value)?;
-    let path = knob.path();
-    let mut text = value.render();
-    text.push('\n');
-    access(ns, knob, "write", || {
-        // No O_CREAT: a missing knob must stay missing.
-        let mut file = std::fs::OpenOptions::new().write(true).open(&path)?;
-        file.write_all(text.as_bytes())
-    })
+impl Sysctls {
+    /// The sysctls of the calling thread's namespace, looked up at each
+    /// call.
+    pub fn new() -> Sysctls {
+        Sysctls::default()
+    }
+
+    /// The sysctls of the pinned namespace `netns` ([`NetNs::pin`], or
+    /// [`crate::Handle::netns`]) instead: every read and write goes there,
+    /// even after the name it was pinned by leads to another namespace.
+    ///
+    /// ```
+    /// use ipvsctl::NetNs;
+    /// use ipvsctl::sysctl::Sysctls;
+    ///
+    /// let here = Sysctls::new().netns(NetNs::Current.pin()?);
+    /// assert!(here.namespace().to_string().starts_with("current (net:["));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn netns(mut self, netns: PinnedNetNs) -> Sysctls {
+        self.netns = NetNs::Pinned(netns);
+        self
+    }
+
+    /// The namespace: [`NetNs::Pinned`] once set with [`Sysctls::netns`],
+    /// else [`NetNs::Current`] (the calling thread's).
+    pub fn namespace(&self) -> &NetNs {
+        &self.netns
+    }
+
+    /// Reads `knob` as the namespace sees it.
+    ///
+    /// Errors: [`SysctlError::NotAvailable`], [`SysctlError::IpvsNotLoaded`],
+    /// [`SysctlError::NoSuchInterface`], [`SysctlError::Unexpected`], or
+    /// [`SysctlError::Io`] (including failing to enter the namespace).
+    pub fn read<V: KnobValue>(&self, knob: &Knob<V>) -> Result<V, SysctlError> {
+        let path = knob.path();
+        let text = access(&self.netns, knob, "read", || std::fs::read_to_string(&path))?;
+        let trimmed = text.trim();
+        V::parse(trimmed).ok_or_else(|| SysctlError::Unexpected {
+            knob: knob.name(),
+            text: trimmed.to_owned(),
+        })
+    }
+
+    /// Sets `knob` to `value` in the namespace, after [`Knob::check`].
+    ///
+    /// Errors: as [`Sysctls::read`], and [`SysctlError::Invalid`] before
+    /// anything is opened.
+    pub fn write<V: KnobValue>(&self, knob: &Knob<V>, value: &V) -> Result<(), SysctlError> {
+        knob.check(value)?;
+        let path = knob.path();
+        let mut text = value.render();
+        text.push('\n');
+        access(&self.netns, knob, "write", || {
+            // No O_CREAT: a missing knob must stay missing.
+            let mut file = std::fs::OpenOptions::new().write(true).open(&path)?;
+            file.write_all(text.as_bytes())
+        })
+    }
 }
 
 /// Runs `op` on `knob`'s file from inside `ns`, classifying a missing file.

@@ -86,11 +86,13 @@ fn bad_names_are_refused() {
 
 #[test]
 fn an_invalid_value_is_refused_before_the_namespace_is_entered() {
-    // The namespace does not exist: the range check must answer first.
-    let ns = NetNs::path("/nonexistent/ipvsctl-netns");
-    let err = write(&ns, &knobs::SYNC_VERSION, &2).err();
+    // Pinned from a file that is not a network namespace: entering it
+    // fails, so the range check must answer first.
+    let pinned = NetNs::path("/proc/self/status").pin().unwrap();
+    let ns = Sysctls::new().netns(pinned);
+    let err = ns.write(&knobs::SYNC_VERSION, &2).err();
     assert!(matches!(err, Some(SysctlError::Invalid { .. })), "{err:?}");
-    let err = write(&ns, &knobs::SYNC_VERSION, &1).err();
+    let err = ns.write(&knobs::SYNC_VERSION, &1).err();
     assert!(matches!(err, Some(SysctlError::Io { .. })), "{err:?}");
 }
 

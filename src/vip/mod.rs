@@ -29,15 +29,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! In the namespace of a [`Handle`] (the namespace it pinned
-//! when it opened, whatever its name leads to now):
+//! A device works in the namespace of the thread that calls it unless given a
+//! pinned namespace ([`VipDevice::netns`]), for example a [`Handle`](crate::Handle)'s (the
+//! namespace it pinned when it opened, whatever its name leads to now):
 //!
 //! ```no_run
 //! use ipvsctl::{Handle, NetNs};
 //! use ipvsctl::vip::VipDevice;
 //!
 //! let ipvs = Handle::open(&NetNs::named("lb"))?;
-//! let device = VipDevice::new("kube-ipvs0")?.netns_of(&ipvs);
+//! let device = VipDevice::new("kube-ipvs0")?.netns(ipvs.netns().clone());
 //! device.converge(["10.96.0.10".parse()?])?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -54,8 +55,7 @@ use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 
-use crate::Handle;
-use crate::netlink::netns::NetNs;
+use crate::netlink::netns::{NetNs, PinnedNetNs};
 use crate::netlink::route::DEFAULT_TIMEOUT;
 use crate::nodeips;
 
@@ -95,7 +95,8 @@ pub struct VipDevice {
 }
 
 impl VipDevice {
-    /// The device `name` in the caller's namespace. The name is checked as
+    /// The device `name` in the namespace of the thread that calls it, at
+    /// each call (see [`VipDevice::netns`]). The name is checked as
     /// the kernel checks interface names: 1 to 15 bytes, not `.` or `..`, no
     /// `/`, `:` or whitespace ([`VipError::InvalidName`]).
     ///
@@ -133,26 +134,23 @@ impl VipDevice {
         })
     }
 
-    /// Works in `netns` instead of the caller's namespace. A name or path is
-    /// looked up at every call; pin it ([`NetNs::pin`]) to keep working in
-    /// the namespace it leads to now.
+    /// Works in the pinned namespace `netns` ([`NetNs::pin`], or
+    /// [`crate::Handle::netns`] for the namespace of a handle's IPVS table)
+    /// instead of the calling thread's, for as long as the device lives:
+    /// deleting the name it was pinned by and creating another namespace of
+    /// that name does not move it.
     ///
-    /// ```
+    /// ```no_run
     /// use ipvsctl::NetNs;
     /// use ipvsctl::vip::VipDevice;
-    /// let device = VipDevice::new("kube-ipvs0")?.netns(NetNs::named("lb"));
-    /// assert_eq!(device.namespace().to_string(), "/run/netns/lb");
-    /// # Ok::<(), ipvsctl::vip::VipError>(())
+    /// let lb = NetNs::named("lb").pin()?;
+    /// let device = VipDevice::new("kube-ipvs0")?.netns(lb);
+    /// assert!(device.namespace().to_string().starts_with("/run/netns/lb (net:["));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn netns(mut self, netns: NetNs) -> Self {
-        self.netns = netns;
+    pub fn netns(mut self, netns: PinnedNetNs) -> Self {
+        self.netns = NetNs::Pinned(netns);
         self
-    }
-
-    /// Works in the namespace `handle` pinned when it opened
-    /// ([`Handle::netns`]): the same namespace as its IPVS table.
-    pub fn netns_of(self, handle: &Handle) -> Self {
-        self.netns(handle.netns().clone())
     }
 
     /// Waits at most `timeout` for each answer of the kernel (default 10 s;
@@ -176,7 +174,8 @@ impl VipDevice {
         &self.name
     }
 
-    /// The namespace the device is in.
+    /// The namespace the device is in: [`NetNs::Pinned`] once set with
+    /// [`VipDevice::netns`], else [`NetNs::Current`] (the calling thread's).
     pub fn namespace(&self) -> &NetNs {
         &self.netns
     }
