@@ -10,15 +10,19 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
-use ipvsctl::NetNs;
+use ipvsctl::conns::{ConnTable, Connection};
+use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
+use ipvsctl::netlink::netns::run_in;
 use ipvsctl::nodeips::{self, Options};
+use ipvsctl::sysctl::{Sysctls, knobs};
 use ipvsctl::vip::{DEFAULT_DEVICE, VipDevice, VipError};
+use ipvsctl::{Handle, NetNs};
 use support::TestNetns;
 
 /// The test namespace, pinned.
@@ -404,5 +408,117 @@ fn node_ips_skip_the_vip_device() {
     assert_eq!(
         nodeips::node_ip_addrs(&opts).unwrap(),
         ips(&["192.168.10.5"])
+    );
+}
+
+/// `ip netns del NAME; ip netns add NAME`: from now on the name leads to a
+/// fresh namespace.
+fn recreate(ns: &TestNetns) {
+    for args in [["netns", "del", ns.name()], ["netns", "add", ns.name()]] {
+        let out = Command::new(support::tool("ip"))
+            .args(args)
+            .output()
+            .expect("start ip");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `ip -o addr show dev DEV` from a thread inside `ns`, `None` if it fails
+/// (no such device).
+fn addrs_in(ns: &NetNs, dev: &str) -> Option<String> {
+    let mut ip = Command::new(support::tool("ip"));
+    ip.args(["-o", "addr", "show", "dev", dev]);
+    let out = run_in(ns, || ip.output()).expect("run ip");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `file` (under /proc, which shows the namespace of the thread that opens
+/// it) read from a thread inside `ns`.
+fn proc_in(ns: &NetNs, file: &str) -> String {
+    run_in(ns, || std::fs::read_to_string(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// A VIP device, a node-IP resolver, a sysctl writer and a connection reader
+/// given a handle's namespace keep working there after its name is deleted
+/// and given to a new namespace: with the handle's IPVS table, not in the
+/// newcomer.
+#[test]
+fn every_component_stays_in_its_namespace_when_the_name_is_reused() {
+    let ns = TestNetns::with_ipvs();
+    let ipvs = Handle::open(&NetNs::named(ns.name())).expect("handle");
+    let lb = ipvs.netns().clone();
+    let device = VipDevice::new("vip0").unwrap().netns(lb.clone());
+    let resolver = Options::new().netns(lb.clone());
+    let sysctls = Sysctls::new().netns(lb.clone());
+    let table = ConnTable::new().netns(lb.clone());
+    // The namespace as it is now: a node IP, and a UDP service on it whose
+    // real server is behind it.
+    other_dummy(&ns, "ens3", &["10.1.0.1/24"]);
+    let service = "10.1.0.1:53".parse().unwrap();
+    let key = ServiceKey::udp(service);
+    ipvs.add_service(&VirtualServer::new(key))
+        .expect("add service");
+    let real =
+        RealServer::new("10.1.0.2:53".parse().unwrap()).with_forward(ForwardMethod::Masquerade);
+    ipvs.add_destination(&key, &real).expect("add destination");
+
+    recreate(&ns);
+    // What the test looks through: the original namespace by the handle's
+    // pin, the newcomer by name.
+    let there = NetNs::from(&lb);
+    let newcomer = NetNs::named(ns.name());
+    let mut wrong = Vec::new();
+
+    match device.converge(ips(&["10.96.0.10"])) {
+        Ok(_) => {
+            if !addrs_in(&there, "vip0").is_some_and(|a| a.contains("10.96.0.10/32")) {
+                wrong.push("VIP: not on vip0 in the original namespace".to_owned());
+            }
+            if addrs_in(&newcomer, "vip0").is_some() {
+                wrong.push("VIP: vip0 created in the namespace that took the name".to_owned());
+            }
+        }
+        Err(e) => wrong.push(format!("VIP: {e}")),
+    }
+    match nodeips::node_ip_addrs(&resolver) {
+        Ok(found) if found == ips(&["10.1.0.1", "10.96.0.10"]) => {}
+        other => wrong.push(format!("node IPs: {other:?}")),
+    }
+    match sysctls.write(&knobs::CONNTRACK, &true) {
+        Ok(()) => {
+            let conntrack = "/proc/sys/net/ipv4/vs/conntrack";
+            let (orig, new) = (proc_in(&there, conntrack), proc_in(&newcomer, conntrack));
+            if (orig.trim(), new.trim()) != ("1", "0") {
+                wrong.push(format!(
+                    "sysctl: conntrack {orig:?} in the original namespace, {new:?} in the newcomer"
+                ));
+            }
+        }
+        Err(e) => wrong.push(format!("sysctl: {e}")),
+    }
+    // A datagram to the service from inside the original namespace makes a
+    // connection entry there.
+    let sent = run_in(&there, || {
+        UdpSocket::bind("0.0.0.0:0")?.send_to(b"x", service)
+    });
+    match table
+        .connections()
+        .map(|r| r.collect::<Result<Vec<Connection>, _>>())
+    {
+        Ok(Ok(entries)) if entries.iter().any(|c| c.virtual_addr == service) => {}
+        other => wrong.push(format!(
+            "connections: no entry for {service} (datagram sent: {sent:?}): {other:?}"
+        )),
+    }
+    assert!(
+        wrong.is_empty(),
+        "components that left the original namespace:\n{}",
+        wrong.join("\n")
     );
 }
