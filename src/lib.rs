@@ -35,8 +35,10 @@
 //!   NodePort services listen on) in one link and one address dump, with a
 //!   per-interface explanation when none is found
 //!   ([`node_ips`](nodeips::node_ips)).
-//! * [`kmod`]: which IPVS kernel modules are built in, loaded, loadable or
-//!   missing, and why ([`check`](kmod::check)); loading them on request.
+//! * `kmod` (feature `kmod`): which IPVS kernel modules are built in,
+//!   loaded, loadable or missing, and why (`kmod::check`); loading them on
+//!   request, with a deadline. Without the feature a [`Handle`] still
+//!   explains a missing IPVS with the same check.
 //!
 //! # Example
 //!
@@ -104,6 +106,11 @@
 //!   operations in order on a worker thread of its own, so async code never
 //!   blocks on the kernel. Without it, call the blocking [`Handle`] from
 //!   `spawn_blocking`.
+//! * `kmod`: the module `kmod`, public: the kernel-module check and its
+//!   report, loading modules with `modprobe` or `finit_module(2)`, and the
+//!   netlink probes. Off by default: a handle needs only the check, which is
+//!   always compiled in (privately) to explain [`Error::Unavailable`] and to
+//!   fill [`Capabilities`].
 //!
 //! # More
 //!
@@ -120,7 +127,12 @@ pub mod asynchronous;
 pub mod codec;
 pub mod conns;
 mod handle;
+#[cfg(feature = "kmod")]
 pub mod kmod;
+// rustdoc collects the examples of private modules too, and those of kmod
+// need the public module: without the feature, they are not collected.
+#[cfg(all(not(feature = "kmod"), not(doctest)))]
+mod kmod;
 pub mod model;
 pub mod netlink;
 pub mod nodeips;
@@ -132,6 +144,8 @@ pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
 pub use netlink::netns::{NetNs, PinnedNetNs};
 
+/// The README's examples, compiled as doctests (with `--all-features`: one
+/// of them needs `kmod`).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -13,6 +13,8 @@
 //! One `#[test]` runs the sequence, because loaded modules are global state
 //! and tests in one binary run in parallel. Every message the kernel,
 //! modprobe and insmod gave is printed (run with `--nocapture` to see them).
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -145,7 +147,7 @@ fn check_load_probe_and_explain_failures() {
     assert!(u.usable && u.probed, "{u}");
 
     step("scheduler probe in a private network namespace");
-    let rr = kmod::probe_scheduler("rr").unwrap();
+    let rr = kmod::probe_scheduler("rr", kmod::DEFAULT_PROBE_TIMEOUT).unwrap();
     println!("rr: {rr}");
     assert!(
         matches!(
@@ -157,7 +159,7 @@ fn check_load_probe_and_explain_failures() {
         ),
         "{rr:?}"
     );
-    let nosuch = kmod::probe_scheduler("nosuch").unwrap();
+    let nosuch = kmod::probe_scheduler("nosuch", kmod::DEFAULT_PROBE_TIMEOUT).unwrap();
     println!("nosuch: {nosuch}");
     match &nosuch {
         SchedulerProbe::Refused { errno, explanation } => {
@@ -169,7 +171,7 @@ fn check_load_probe_and_explain_failures() {
     if full {
         // ip_vs_sh is not loaded: the kernel loads it itself for the service.
         assert_eq!(label(&kmod::check(&req), "ip_vs_sh"), "loadable");
-        let sh = kmod::probe_scheduler("sh").unwrap();
+        let sh = kmod::probe_scheduler("sh", kmod::DEFAULT_PROBE_TIMEOUT).unwrap();
         println!("sh: {sh}");
         assert!(
             matches!(

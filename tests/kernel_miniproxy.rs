@@ -10,7 +10,7 @@
 //! VIPs on the proxy's dummy device after each sync, and the IPVS and
 //! strict-ARP sysctls it set at start; finally SIGTERM with `--cleanup`
 //! removes the proxy's services and VIPs and leaves a foreign service alone.
-#![cfg(feature = "serde")]
+#![cfg(all(feature = "serde", feature = "kmod"))]
 
 mod support;
 

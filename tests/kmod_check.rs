@@ -1,4 +1,6 @@
 //! Host tests of the kernel module check against prepared trees.
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 use std::fs;
 use std::path::{Path, PathBuf};

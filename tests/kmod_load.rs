@@ -1,5 +1,7 @@
 //! Host tests of the load step: what the loader said is kept in full and
 //! explained in plain words. No test here loads anything into the kernel.
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 mod support;
 

@@ -1,4 +1,6 @@
 //! Host tests of the functional probe that hold on any Linux host.
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 use ipvsctl::kmod::{self, KmodError, SchedulerProbe};
 
@@ -35,7 +37,7 @@ fn scheduler_probe_checks_the_name_first() {
     for bad in ["", "r r", "a-very-long-scheduler-name"] {
         assert!(
             matches!(
-                kmod::probe_scheduler(bad),
+                kmod::probe_scheduler(bad, kmod::DEFAULT_PROBE_TIMEOUT),
                 Err(KmodError::InvalidModuleName { .. })
             ),
             "{bad:?}"
@@ -46,13 +48,14 @@ fn scheduler_probe_checks_the_name_first() {
 #[test]
 fn scheduler_probe_runs_in_its_own_namespace() {
     let before = std::fs::read_link("/proc/thread-self/ns/net").ok();
-    match kmod::probe_scheduler("rr") {
+    match kmod::probe_scheduler("rr", kmod::DEFAULT_PROBE_TIMEOUT) {
         // Without CAP_SYS_ADMIN there is no private namespace to use.
         Err(KmodError::Netns(_)) => {}
         Ok(SchedulerProbe::FamilyAbsent | SchedulerProbe::Works { .. }) => {}
         Ok(SchedulerProbe::Refused { errno, explanation }) => {
             panic!("refused: {errno} {explanation}")
         }
+        Ok(other) => panic!("{other}"),
         Err(e) => panic!("{e}"),
     }
     // The calling thread's namespace did not change.

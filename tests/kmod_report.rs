@@ -1,4 +1,6 @@
 //! Host tests of the report: its text, the usable verdict and the diagnosis.
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 use std::path::Path;
 
@@ -12,11 +14,7 @@ fn mixed(req: &Requirements) -> kmod::Report {
 }
 
 fn ipvs_family() -> FamilyInfo {
-    FamilyInfo {
-        name: "IPVS".into(),
-        id: 0x22,
-        version: 1,
-    }
+    FamilyInfo::new("IPVS", 0x22, 1)
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //!
 //! No test here loads anything into the kernel: the fake module files are
 //! text, and the tests check that the loader refuses before it opens them.
+// The module is public with the feature `kmod` only.
+#![cfg(feature = "kmod")]
 
 mod support;
 

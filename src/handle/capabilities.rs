@@ -159,13 +159,17 @@ impl fmt::Display for Support {
 }
 
 /// Whether a scheduler or persistence engine can be used, by the module
-/// files ([`crate::kmod::check`]).
+/// files: the verdict of the kernel-module check (`kmod::check`, public
+/// with the feature `kmod`), summarised. This is the answer to "can this
+/// scheduler be used?"; the check says why, and `kmod::probe_scheduler`
+/// confirms it with the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Availability {
     /// Built in or loaded: usable now.
     Present,
     /// Its module file is listed for the running kernel: the kernel loads
-    /// it on first use, or load it first ([`crate::kmod::load_needed`]).
+    /// it on first use, or load it first (`modprobe`, or
+    /// `kmod::load_needed` with the feature `kmod`).
     Loadable,
     /// Not built in, not loaded, and the running kernel's `modules.dep` was
     /// read and does not list it: the kernel refuses it (`ENOENT`).
@@ -268,7 +272,7 @@ impl Handle {
     ///
     /// Reads `uname -r` (`/proc/sys/kernel/osrelease`), asks `GET_INFO`,
     /// checks the module files of every known scheduler and persistence
-    /// engine ([`crate::kmod::check`]: files only, nothing is loaded), dumps
+    /// engine (the kernel-module check: files only, nothing is loaded), dumps
     /// this namespace's service table once, and dumps the real servers of up
     /// to 8 of its services until one has a real server: the attributes the
     /// kernel puts in those answers show which ones it knows. With no service

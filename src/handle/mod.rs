@@ -35,7 +35,8 @@ use lane::Lane;
 /// Opening a handle resolves the `IPVS` generic-netlink family once. Where
 /// the kernel has no IPVS (module missing and not loadable) it refuses to
 /// open with [`Error::Unavailable`], whose reason carries the kernel-module
-/// check's diagnosis ([`crate::kmod::diagnose`]), so a handle never sends a
+/// check's diagnosis (what `kmod::diagnose` gives with the feature `kmod`;
+/// the check is there without it), so a handle never sends a
 /// request that cannot reach IPVS. Every reply is matched to its request by
 /// sequence number and port, and each request consumes exactly the replies
 /// and ACKs it asked for. Dropping the handle closes its sockets.

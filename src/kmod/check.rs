@@ -27,6 +27,7 @@ use super::roots::{CheckConfig, valid_release};
 /// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Compiled into the kernel: nothing to load.
     BuiltIn {
@@ -131,6 +132,7 @@ impl fmt::Display for Verdict {
 /// assert!(report.modules[0].to_string().starts_with("ip_vs (IPVS core): missing: "));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModuleStatus {
     /// The module.
     pub module: ModuleName,

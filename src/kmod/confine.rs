@@ -15,6 +15,7 @@ use std::path::{Component, Path, PathBuf};
 /// assert_eq!(Escape::ParentDir.to_string(), "its \"..\" leads out of it");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Escape {
     /// An absolute path that is not under the modules directory.
     AbsolutePath,

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 /// );
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Evidence {
     /// A file lists the module on this line.
     Line {

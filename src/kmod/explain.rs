@@ -40,6 +40,8 @@ pub enum Cause {
     NoModuleSupport,
     /// `modules.dep` names a file outside its modules directory.
     OutsideModulesDir,
+    /// The loader did not finish within its timeout and was killed.
+    TimedOut,
     /// Anything else.
     Other,
 }
@@ -169,6 +171,13 @@ impl Cause {
                  path elsewhere, a \"..\" that climbs out, or a symbolic link to elsewhere). \
                  depmod writes no such entry: find out what wrote this modules.dep, then \
                  regenerate it with depmod for this release."
+            }
+            Cause::TimedOut => {
+                "the loader did not finish within its timeout and was killed. A module's \
+                 initialisation can wait for the kernel for ever: ip_vs_lblc and ip_vs_lblcr \
+                 wait for network-namespace cleanup, which can wait for them (see the \
+                 kernel's hung-task messages in dmesg). Load scheduler modules when nothing \
+                 else uses IPVS, at boot or before the proxy starts."
             }
             Cause::Other => {
                 "the loader failed for a reason not recognised here: see its output above and \

@@ -1,20 +1,19 @@
 //! The explicit, opt-in load step: `modprobe`, or `finit_module(2)` with
 //! the order from `modules.dep`. Everything the loader said is kept.
 
-use std::ffi::{OsString, c_int};
+use std::ffi::c_int;
 use std::fmt;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 
 use rustix::io::Errno;
 
 use super::check::{Verdict, check_with};
 use super::confine::{Escape, ModulesDir, Refusal};
-use super::error::KmodError;
 use super::evidence::Evidence;
 use super::explain::Cause;
+use super::modprobe::{CommandRun, KilledRun, Modprobe, modprobe};
 use super::modules_dep::{Compression, ModuleFile, module_name_of_path};
 use super::name::{ModuleName, Requirements};
 use super::report::Report;
@@ -23,69 +22,6 @@ use super::roots::CheckConfig;
 /// `MODULE_INIT_COMPRESSED_FILE` from `<linux/module.h>` (Linux 5.17+):
 /// the kernel decompresses the file itself.
 pub const MODULE_INIT_COMPRESSED_FILE: u32 = 4;
-
-/// Where `modprobe` is looked for when no program is given, in this order:
-/// the kernel's own default (`CONFIG_MODPROBE_PATH`) and the place of older
-/// Debian, Alpine and busybox images; merged-/usr Debian, Ubuntu, Fedora and
-/// RHEL; Arch; an image with only `/bin`; NixOS. Never through `PATH`.
-pub const MODPROBE_CANDIDATES: [&str; 5] = [
-    "/sbin/modprobe",
-    "/usr/sbin/modprobe",
-    "/usr/bin/modprobe",
-    "/bin/modprobe",
-    "/run/current-system/sw/bin/modprobe",
-];
-
-/// The whole environment `modprobe` runs with: what the kernel gives the
-/// `modprobe` it starts itself to load a module, and the C locale, whose
-/// messages [`Cause::from_loader_output`] reads. Nothing is inherited, so
-/// no `MODPROBE_OPTIONS`, `LD_PRELOAD` or `PATH` of the caller's reaches it.
-pub const MODPROBE_ENVIRONMENT: [(&str, &str); 4] = [
-    ("HOME", "/"),
-    ("TERM", "linux"),
-    ("PATH", "/sbin:/usr/sbin:/bin:/usr/bin"),
-    ("LC_ALL", "C"),
-];
-
-/// Which `modprobe` program to run: the first of [`MODPROBE_CANDIDATES`]
-/// that exists (the default), or one the caller names by absolute path.
-///
-/// ```
-/// use ipvsctl::kmod::{KmodError, Modprobe};
-///
-/// let custom = Modprobe::at("/opt/kmod/bin/modprobe")?;
-/// assert_eq!(custom.program(), Some("/opt/kmod/bin/modprobe".as_ref()));
-/// assert_eq!(Modprobe::default().program(), None);
-/// // A bare name would be looked up through PATH: refused.
-/// assert!(matches!(Modprobe::at("modprobe"), Err(KmodError::InvalidModprobePath { .. })));
-/// # Ok::<(), KmodError>(())
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Modprobe {
-    program: Option<PathBuf>,
-}
-
-impl Modprobe {
-    /// Runs the program at `path`, which must be absolute.
-    pub fn at(path: impl Into<PathBuf>) -> Result<Self, KmodError> {
-        let path = path.into();
-        if !path.is_absolute() {
-            return Err(KmodError::InvalidModprobePath {
-                path,
-                reason: "not an absolute path (it would be looked up through PATH or the \
-                         working directory)",
-            });
-        }
-        Ok(Modprobe {
-            program: Some(path),
-        })
-    }
-
-    /// The program the caller named; `None` for the usual places.
-    pub fn program(&self) -> Option<&Path> {
-        self.program.as_deref()
-    }
-}
 
 /// Which loader [`load_needed`] uses.
 ///
@@ -98,6 +34,7 @@ impl Modprobe {
 /// # let _ = all_ok;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Loader {
     /// Run `modprobe -- <module>` once per module (it reads the real
     /// `/lib/modules`, whatever [`Roots`](super::Roots) say).
@@ -105,71 +42,6 @@ pub enum Loader {
     /// Call `finit_module(2)` on each file, dependencies first, as the
     /// check's `modules.dep` line gives them. Needs no program.
     FinitModule,
-}
-
-/// A program that ran, with everything it said.
-///
-/// ```no_run
-/// use ipvsctl::kmod::{self, LoadStep, Modprobe, ModuleName};
-///
-/// let out = kmod::modprobe(&ModuleName::new("ip_vs_rr")?, &Modprobe::default());
-/// for step in &out.steps {
-///     if let LoadStep::Ran(run) = step {
-///         println!("{}: {:?}\n{}", run.command_line(), run.status.code(), run.stderr_text());
-///     }
-/// }
-/// # Ok::<(), ipvsctl::kmod::KmodError>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CommandRun {
-    /// The program as started.
-    pub program: PathBuf,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-    /// How it ended.
-    pub status: ExitStatus,
-    /// Standard output, in full.
-    pub stdout: Vec<u8>,
-    /// Standard error, in full.
-    pub stderr: Vec<u8>,
-}
-
-impl CommandRun {
-    /// Standard output as text (invalid UTF-8 replaced).
-    pub fn stdout_text(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-
-    /// Standard error as text (invalid UTF-8 replaced).
-    pub fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr).into_owned()
-    }
-
-    /// The command line, for display.
-    pub fn command_line(&self) -> String {
-        let mut s = self.program.display().to_string();
-        for a in &self.args {
-            s.push(' ');
-            s.push_str(&a.to_string_lossy());
-        }
-        s
-    }
-}
-
-impl fmt::Display for CommandRun {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "$ {} => {}", self.command_line(), self.status)?;
-        for (label, text) in [
-            ("stdout", self.stdout_text()),
-            ("stderr", self.stderr_text()),
-        ] {
-            let text = text.trim_end();
-            if !text.is_empty() {
-                write!(f, "\n    {label}: {}", text.replace('\n', "\n            "))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// One thing the loader did.
@@ -181,9 +53,12 @@ impl fmt::Display for CommandRun {
 /// assert!(matches!(out.steps[..], [LoadStep::OpenFailed { errno: Some(2), .. }]));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LoadStep {
-    /// A program ran.
+    /// A program ran to its end.
     Ran(CommandRun),
+    /// A program did not end within its timeout and was killed.
+    Killed(KilledRun),
     /// A program could not be started.
     SpawnFailed {
         /// The program.
@@ -219,6 +94,7 @@ impl fmt::Display for LoadStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadStep::Ran(run) => write!(f, "{run}"),
+            LoadStep::Killed(run) => write!(f, "{run}"),
             LoadStep::SpawnFailed { program, error, .. } => {
                 write!(f, "cannot start {}: {error}", program.display())
             }
@@ -253,6 +129,7 @@ impl fmt::Display for LoadStep {
 /// # Ok::<(), ipvsctl::kmod::KmodError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LoadSuccess {
     /// The loader loaded it (for `modprobe`: exited 0, which it also does
     /// when the module was already there).
@@ -279,6 +156,7 @@ pub enum LoadSuccess {
 /// assert!(f.explanation().contains("load the modules on the host"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadFailure {
     /// No `modprobe` program was found.
     #[error("modprobe is not installed (tried {})", join_paths(.tried))]
@@ -303,6 +181,19 @@ pub enum LoadFailure {
         run: CommandRun,
         /// What its output says.
         cause: Cause,
+    },
+    /// `modprobe` did not end within its timeout ([`Modprobe::timeout`]):
+    /// it was killed.
+    #[error(
+        "{} did not finish within {:?}: killed after {:?}{}",
+        .run.command_line(),
+        .run.timeout,
+        .run.after,
+        killed_output(.run)
+    )]
+    Killed {
+        /// The run, with what it printed until the kill.
+        run: KilledRun,
     },
     /// `finit_module(2)` failed on a file.
     #[error("finit_module({}) failed: {}", .path.display(), os_error(.errno))]
@@ -356,6 +247,15 @@ pub enum LoadFailure {
     },
 }
 
+fn killed_output(run: &KilledRun) -> String {
+    let text = run.output_text();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!("; it printed: {text}")
+    }
+}
+
 fn os_error(errno: &i32) -> io::Error {
     io::Error::from_raw_os_error(*errno)
 }
@@ -384,6 +284,7 @@ impl LoadFailure {
             | LoadFailure::FinitModule { cause, .. }
             | LoadFailure::Open { cause, .. } => *cause,
             LoadFailure::NotLoadable { .. } => Cause::NotFound,
+            LoadFailure::Killed { .. } => Cause::TimedOut,
             LoadFailure::OutsideModulesDir { .. } => Cause::OutsideModulesDir,
         }
     }
@@ -433,6 +334,7 @@ impl LoadFailure {
 /// # Ok::<(), ipvsctl::kmod::KmodError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LoadOutcome {
     /// The module name, or the file name for [`finit_file`].
     pub target: String,
@@ -468,113 +370,6 @@ impl fmt::Display for LoadOutcome {
             write!(f, "\n  {s}")?;
         }
         Ok(())
-    }
-}
-
-/// Runs `cmd`, trying again for up to about 300 ms while its program file
-/// is busy (`ETXTBSY`): open for writing somewhere, as when a package upgrade
-/// replaces it, or for the moment another thread of this process forks a
-/// child that inherits a descriptor of a freshly written file.
-fn output_unless_busy(cmd: &mut Command) -> io::Result<std::process::Output> {
-    let mut wait = std::time::Duration::from_millis(5);
-    for _ in 0..6 {
-        match cmd.output() {
-            Err(e) if e.raw_os_error() == Some(Errno::TXTBSY.raw_os_error()) => {
-                std::thread::sleep(wait);
-                wait *= 2;
-            }
-            other => return other,
-        }
-    }
-    cmd.output()
-}
-
-/// Runs `modprobe -- <module>`, keeping its exit status, standard output
-/// and standard error in full.
-///
-/// The program is the one [`Modprobe`] names by absolute path, or the first
-/// of [`MODPROBE_CANDIDATES`] that exists; `PATH` is never searched. It runs
-/// with [`MODPROBE_ENVIRONMENT`] and nothing else of this process's
-/// environment, in `/`, with standard input from `/dev/null`. (`modprobe`
-/// runs as root and obeys `MODPROBE_OPTIONS`, whose `-C DIR` could name
-/// configuration with `install` commands, and the dynamic loader obeys
-/// `LD_PRELOAD`: neither may come from whoever set this process's
-/// environment.)
-///
-/// ```no_run
-/// use ipvsctl::kmod::{self, Modprobe, ModuleName};
-///
-/// let out = kmod::modprobe(&ModuleName::new("ip_vs")?, &Modprobe::default());
-/// if let Err(failure) = &out.result {
-///     eprintln!("{failure}\n{}", failure.explanation());
-/// }
-/// # Ok::<(), ipvsctl::kmod::KmodError>(())
-/// ```
-pub fn modprobe(module: &ModuleName, opts: &Modprobe) -> LoadOutcome {
-    let candidates: Vec<PathBuf> = match &opts.program {
-        Some(p) => vec![p.clone()],
-        None => MODPROBE_CANDIDATES.iter().map(PathBuf::from).collect(),
-    };
-    let args: Vec<OsString> = vec!["--".into(), module.as_str().into()];
-    let mut steps = Vec::new();
-    for program in &candidates {
-        let out = output_unless_busy(
-            Command::new(program)
-                .args(&args)
-                .env_clear()
-                .envs(MODPROBE_ENVIRONMENT)
-                .current_dir("/")
-                .stdin(Stdio::null()),
-        );
-        match out {
-            Ok(out) => {
-                let run = CommandRun {
-                    program: program.clone(),
-                    args: args.clone(),
-                    status: out.status,
-                    stdout: out.stdout,
-                    stderr: out.stderr,
-                };
-                steps.push(LoadStep::Ran(run.clone()));
-                let result = if run.status.success() {
-                    Ok(LoadSuccess::Loaded)
-                } else {
-                    let text = format!("{}\n{}", run.stderr_text(), run.stdout_text());
-                    Err(LoadFailure::Modprobe {
-                        cause: Cause::from_loader_output(&text),
-                        run,
-                    })
-                };
-                return LoadOutcome {
-                    target: module.to_string(),
-                    steps,
-                    result,
-                };
-            }
-            Err(e) => {
-                steps.push(LoadStep::SpawnFailed {
-                    program: program.clone(),
-                    error: e.to_string(),
-                    errno: e.raw_os_error(),
-                });
-                if e.kind() != io::ErrorKind::NotFound {
-                    return LoadOutcome {
-                        target: module.to_string(),
-                        steps,
-                        result: Err(LoadFailure::Spawn {
-                            program: program.clone(),
-                            error: e.to_string(),
-                            errno: e.raw_os_error(),
-                        }),
-                    };
-                }
-            }
-        }
-    }
-    LoadOutcome {
-        target: module.to_string(),
-        steps,
-        result: Err(LoadFailure::ModprobeNotInstalled { tried: candidates }),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Kernel module check that says exactly what is missing and why.
+//! Kernel module check that says exactly what is missing and why (feature
+//! `kmod`).
 //!
 //! kube-proxy once ran `modprobe -- ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh`,
 //! kept only "exit status 1", concluded the modules were missing and fell
@@ -83,36 +84,109 @@
 //!
 //! For an "IPVS unavailable" error message, [`diagnose`] gives a cheap
 //! one-line reason.
+//!
+//! ## Can this scheduler be used?
+//!
+//! One answer, in layers:
+//!
+//! - [`check`] is the answer: the [`Verdict`] of the scheduler's module
+//!   (`ip_vs_<name>`), from files, with the evidence. Nothing is loaded.
+//! - [`Capabilities::scheduler`](crate::Capabilities::scheduler) is the same
+//!   verdict summarised for a handle's user ([`Availability`](crate::Availability):
+//!   built in or loaded is `Present`, listed in `modules.dep` is `Loadable`,
+//!   not listed in a `modules.dep` that was read is `Absent`, unreadable
+//!   files are `Unknown`). It needs no feature: the check behind it is
+//!   always compiled in.
+//! - [`probe_scheduler`] confirms it with the kernel by creating a test
+//!   service. It changes the kernel's state (the kernel may load the
+//!   module), so it comes last: check, load what is needed, then probe.
+//!
+//! ## Deadlines
+//!
+//! Nothing here waits without end. [`modprobe`] runs the program in a
+//! process group of its own for at most [`Modprobe::timeout`]
+//! ([`DEFAULT_MODPROBE_TIMEOUT`], 30 s): then the group is killed
+//! (`SIGKILL`) and reaped, and the outcome is [`LoadFailure::Killed`] with
+//! what it printed until then. [`probe_scheduler`] waits at most the
+//! timeout it is given ([`DEFAULT_PROBE_TIMEOUT`], 10 s, is a fair one),
+//! then returns [`KmodError::ProbeTimedOut`]; its thread, stuck in the
+//! kernel where no signal reaches it, is left detached. Both timeouts are
+//! validated: more than zero and at most [`MAX_TIMEOUT`], else
+//! [`KmodError::InvalidTimeout`] naming the setting.
+//!
+//! `finit_module(2)` is a system call on the caller's thread and has no
+//! deadline: a module whose initialisation never returns keeps the caller
+//! in it. [`probe_family`] is one netlink request whose answer the kernel
+//! may delay while it loads `ip_vs`.
+//!
+//! ## The `kmod` feature
+//!
+//! This module is public with the cargo feature `kmod`, off by default.
+//! Without it, the file check and its report are still compiled in, but
+//! private: they are what a [`Handle`](crate::Handle) needs to explain
+//! [`Error::Unavailable`](crate::Error::Unavailable) and to fill
+//! [`Capabilities`](crate::Capabilities). The loaders (`modprobe`,
+//! `finit_module`), the netlink probes, and the public types come with the
+//! feature. Loading modules needs root and `CAP_SYS_MODULE` and is a
+//! deployment's choice, not every user's: a program that only programs
+//! IPVS has no use for a module loader in its binary or its API.
 
+// Without the feature, the check's public API has no user but the handle,
+// which uses a part of it.
+#![cfg_attr(not(feature = "kmod"), allow(dead_code, unused_imports))]
+
+// Always compiled: the file check and its report, which the handle uses.
 mod check;
-mod confine;
 mod error;
 mod evidence;
-mod explain;
-mod load;
 mod modules_dep;
 mod name;
-mod probe;
 mod report;
 mod roots;
 
+// The loaders and the probes: only with the feature.
+#[cfg(feature = "kmod")]
+mod child;
+#[cfg(feature = "kmod")]
+mod confine;
+#[cfg(feature = "kmod")]
+mod explain;
+#[cfg(feature = "kmod")]
+mod load;
+#[cfg(feature = "kmod")]
+mod modprobe;
+#[cfg(feature = "kmod")]
+mod probe;
+
 pub use check::{ModuleStatus, Verdict, check, check_with};
-pub use confine::Escape;
 pub use error::KmodError;
 pub use evidence::Evidence;
-pub use explain::Cause;
-pub use load::{
-    CommandRun, LoadFailure, LoadOutcome, LoadStep, LoadSuccess, Loader, MODPROBE_CANDIDATES,
-    MODPROBE_ENVIRONMENT, MODULE_INIT_COMPRESSED_FILE, Modprobe, finit_file, finit_load,
-    load_needed, modprobe,
-};
 pub use modules_dep::{Compression, DepEntry, ModuleFile, ModulesDep, module_name_of_path};
 pub use name::{
     DEFAULT_SCHEDULERS, KERNEL_PERSISTENCE_ENGINES, KERNEL_SCHEDULERS, MAX_MODULE_NAME_LEN,
     ModuleName, Purpose, Requirement, Requirements,
 };
-pub use probe::{
-    FamilyInfo, IPVS_FAMILY, SchedulerProbe, probe_family, probe_scheduler, resolve_family,
-};
-pub use report::{Diagnosis, ProbeResult, Report, Usability, diagnose, diagnose_with};
+pub use report::{Diagnosis, FamilyInfo, ProbeResult, Report, Usability, diagnose, diagnose_with};
 pub use roots::{CheckConfig, KernelRelease, ReleaseSource, Roots};
+
+#[cfg(feature = "kmod")]
+pub use child::MAX_TIMEOUT;
+#[cfg(feature = "kmod")]
+pub use confine::Escape;
+#[cfg(feature = "kmod")]
+pub use explain::Cause;
+#[cfg(feature = "kmod")]
+pub use load::{
+    LoadFailure, LoadOutcome, LoadStep, LoadSuccess, Loader, MODULE_INIT_COMPRESSED_FILE,
+    finit_file, finit_load, load_needed,
+};
+#[cfg(feature = "kmod")]
+pub use modprobe::{
+    CommandRun, DEFAULT_MODPROBE_TIMEOUT, KilledRun, MODPROBE_CANDIDATES, MODPROBE_ENVIRONMENT,
+    Modprobe, modprobe,
+};
+#[cfg(feature = "kmod")]
+pub use probe::{
+    DEFAULT_PROBE_TIMEOUT, IPVS_FAMILY, SchedulerProbe, probe_family, probe_scheduler,
+    resolve_family,
+};

@@ -93,6 +93,7 @@ pub fn module_name_of_path(path: &str) -> Option<(String, Compression)> {
 /// assert_eq!(e.deps, ["kernel/ip_vs.ko"]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DepEntry {
     /// Canonical module name.
     pub name: String,
@@ -120,6 +121,7 @@ pub struct DepEntry {
 /// assert_eq!(files[0].compression, Compression::Zstd);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModuleFile {
     /// Canonical module name.
     pub name: String,

@@ -166,6 +166,7 @@ impl AsRef<str> for ModuleName {
 /// assert!(matches!(req.iter().last().map(|r| &r.purpose), Some(Purpose::Conntrack)));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Purpose {
     /// `ip_vs` itself.
     Core,
@@ -204,6 +205,7 @@ impl fmt::Display for Purpose {
 /// # Ok::<(), ipvsctl::kmod::KmodError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Requirement {
     /// The module.
     pub module: ModuleName,

@@ -4,11 +4,15 @@
 
 use std::fmt;
 use std::io;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use rustix::io::Errno;
 
+use super::child::check_timeout;
 use super::error::KmodError;
 use super::name::ModuleName;
+use super::report::FamilyInfo;
 use crate::codec::request;
 use crate::model::{AddressFamily, Scheduler, ServiceKey, VirtualServer};
 use crate::netlink::netns::NetNs;
@@ -16,23 +20,6 @@ use crate::netlink::{Exchange, Failure, GenlSocket, Kind};
 
 /// The name IPVS registers its generic netlink family under.
 pub const IPVS_FAMILY: &str = "IPVS";
-
-/// A generic netlink family as the kernel's controller reported it.
-///
-/// ```no_run
-/// let f = ipvsctl::kmod::resolve_family("nlctrl")?.expect("the controller always exists");
-/// println!("{} id {} version {}", f.name, f.id, f.version);
-/// # Ok::<(), ipvsctl::kmod::KmodError>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FamilyInfo {
-    /// The family's name.
-    pub name: String,
-    /// The id the kernel gave it (the netlink message type to use).
-    pub id: u16,
-    /// The family's version.
-    pub version: u32,
-}
 
 /// Asks the kernel's generic netlink controller for the IPVS family.
 ///
@@ -82,11 +69,7 @@ fn resolve_on(socket: &mut GenlSocket, name: &str) -> Result<Option<FamilyInfo>,
             during: "CTRL_CMD_GETFAMILY",
             source,
         })?;
-    Ok(found.map(|f| FamilyInfo {
-        name: name.to_owned(),
-        id: f.id,
-        version: f.version,
-    }))
+    Ok(found.map(|f| FamilyInfo::new(name, f.id, f.version)))
 }
 
 fn open() -> Result<GenlSocket, KmodError> {
@@ -101,14 +84,16 @@ fn open() -> Result<GenlSocket, KmodError> {
 /// ```no_run
 /// use ipvsctl::kmod::{self, SchedulerProbe};
 ///
-/// match kmod::probe_scheduler("mh")? {
+/// match kmod::probe_scheduler("mh", kmod::DEFAULT_PROBE_TIMEOUT)? {
 ///     SchedulerProbe::Works { .. } => println!("mh works"),
 ///     SchedulerProbe::FamilyAbsent => println!("no IPVS: {}", kmod::diagnose()),
 ///     SchedulerProbe::Refused { explanation, .. } => println!("mh: {explanation}"),
+///     other => println!("mh: {other}"),
 /// }
 /// # Ok::<(), ipvsctl::kmod::KmodError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SchedulerProbe {
     /// A test service with the scheduler was created (and deleted).
     Works {
@@ -147,6 +132,12 @@ impl fmt::Display for SchedulerProbe {
     }
 }
 
+/// How long [`probe_scheduler`] is usually given: 10 seconds. The probe
+/// is two requests in a fresh namespace, answered in milliseconds; the
+/// kernel may load the scheduler's module meanwhile, which takes longer but
+/// not seconds.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Creates and deletes a test service (firewall mark 1, IPv4) with
 /// `scheduler`, in a private network namespace, on a thread of its own so
 /// the caller's thread never changes namespace.
@@ -155,17 +146,35 @@ impl fmt::Display for SchedulerProbe {
 /// means the scheduler is usable. Needs `CAP_SYS_ADMIN` (for the namespace)
 /// and `CAP_NET_ADMIN`.
 ///
+/// This is the functional confirmation, layered on the answer of
+/// [`check`](super::check) (or [`Capabilities`](crate::Capabilities) on a
+/// handle): it changes the kernel's state (it may load a module), so check
+/// first, load what is needed ([`load_needed`](super::load_needed)), then
+/// probe. Never probe `lblc` or `lblcr` before their modules are loaded: the
+/// kernel would load them while holding the IPVS mutex, which can deadlock
+/// with network-namespace cleanup (the module docs say more).
+///
+/// The caller waits at most `timeout` (more than zero, at most
+/// [`MAX_TIMEOUT`](super::MAX_TIMEOUT); [`DEFAULT_PROBE_TIMEOUT`] is a
+/// fair choice). A thread stuck in the kernel cannot be killed: at the
+/// deadline the probe returns [`KmodError::ProbeTimedOut`] and leaves its
+/// thread detached; it ends, and its namespace goes away, when the kernel
+/// lets it go (never, in a deadlock).
+///
 /// The requests are built by the crate's codec and sent through its
 /// netlink layer (not the handle, whose error path uses this module).
 ///
 /// ```no_run
-/// match ipvsctl::kmod::probe_scheduler("wrr")? {
-///     ipvsctl::kmod::SchedulerProbe::Works { .. } => println!("wrr works"),
+/// use ipvsctl::kmod::{self, DEFAULT_PROBE_TIMEOUT, SchedulerProbe};
+///
+/// match kmod::probe_scheduler("wrr", DEFAULT_PROBE_TIMEOUT)? {
+///     SchedulerProbe::Works { .. } => println!("wrr works"),
 ///     other => println!("wrr: {other}"),
 /// }
 /// # Ok::<(), ipvsctl::kmod::KmodError>(())
 /// ```
-pub fn probe_scheduler(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
+pub fn probe_scheduler(scheduler: &str, timeout: Duration) -> Result<SchedulerProbe, KmodError> {
+    let timeout = check_timeout("probe_scheduler timeout", timeout)?;
     // Validates the name; IP_VS_SCHEDNAME_MAXLEN is 16 with the NUL.
     ModuleName::for_scheduler(scheduler)?;
     if scheduler.len() > 15 {
@@ -174,30 +183,55 @@ pub fn probe_scheduler(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
             reason: "IPVS scheduler names are at most 15 bytes",
         });
     }
-    let scheduler = scheduler.to_owned();
-    in_private_netns(move || probe_scheduler_here(&scheduler))?
+    let name = scheduler.to_owned();
+    let work = in_private_netns(move || probe_scheduler_here(&name));
+    match within(timeout, work)? {
+        Some(result) => result,
+        None => Err(KmodError::ProbeTimedOut {
+            scheduler: scheduler.to_owned(),
+            timeout,
+        }),
+    }
 }
 
-/// Runs `work` on a new thread moved into a new network namespace; the
-/// namespace goes away when the thread ends.
-fn in_private_netns<T: Send + 'static>(
+/// `work` moved into a new network namespace: the namespace goes away when
+/// the thread that runs it ends.
+fn in_private_netns<T>(
+    work: impl FnOnce() -> Result<T, KmodError> + Send + 'static,
+) -> impl FnOnce() -> Result<T, KmodError> + Send + 'static {
+    move || {
+        // SAFETY: only CLONE_NEWNET is passed: this thread gets a new
+        // network namespace. File descriptor tables are not unshared (the
+        // hazard `unshare_unsafe` documents is CLONE_FILES), and no other
+        // thread is affected; `within` runs this on a thread of its own.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
+            .map_err(|e| KmodError::Netns(e.into()))?;
+        work()
+    }
+}
+
+/// Runs `work` on a thread of its own and waits for it until `timeout` has
+/// passed: `Ok(None)` then, and the thread is left detached (a thread
+/// blocked in a system call cannot be stopped from outside).
+fn within<T: Send + 'static>(
+    timeout: Duration,
     work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, KmodError> {
-    let thread = std::thread::Builder::new()
+) -> Result<Option<T>, KmodError> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    std::thread::Builder::new()
         .name("ipvsctl-kmod-probe".into())
         .spawn(move || {
-            // SAFETY: only CLONE_NEWNET is passed: this thread gets a new
-            // network namespace. File descriptor tables are not unshared
-            // (the hazard `unshare_unsafe` documents is CLONE_FILES), and no
-            // other thread is affected.
-            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
-                .map_err(|e| KmodError::Netns(e.into()))?;
-            Ok(work())
+            // The receiver is gone when the caller stopped waiting.
+            let _ = tx.send(work());
         })
         .map_err(|e| KmodError::ProbeThread(e.to_string()))?;
-    thread
-        .join()
-        .map_err(|_| KmodError::ProbeThread("it panicked".into()))?
+    match rx.recv_timeout(timeout) {
+        Ok(result) => Ok(Some(result)),
+        Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(KmodError::ProbeThread("it panicked".into()))
+        }
+    }
 }
 
 fn probe_scheduler_here(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
@@ -269,3 +303,47 @@ fn refusal(errno: i32, scheduler: &str) -> String {
 
 /// The firewall mark of the probe's test service.
 const PROBE_FWMARK: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_stuck_probe_thread_is_left_at_the_deadline() {
+        let timeout = Duration::from_millis(200);
+        let start = Instant::now();
+        let got = within(timeout, || std::thread::sleep(Duration::from_secs(30))).unwrap();
+        let took = start.elapsed();
+        assert_eq!(got, None);
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_probe_that_ends_in_time_gives_its_answer() {
+        assert_eq!(within(Duration::from_secs(20), || 7).unwrap(), Some(7));
+        assert!(matches!(
+            within(Duration::from_secs(20), || -> u8 { panic!("probe") }),
+            Err(KmodError::ProbeThread(_))
+        ));
+    }
+
+    #[test]
+    fn the_timeout_is_checked_before_anything_runs() {
+        for bad in [Duration::ZERO, Duration::from_secs(3601), Duration::MAX] {
+            assert!(
+                matches!(
+                    probe_scheduler("rr", bad),
+                    Err(KmodError::InvalidTimeout {
+                        field: "probe_scheduler timeout",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}

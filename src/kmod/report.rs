@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use super::check::{ModuleStatus, Verdict, check_with};
 use super::name::Requirements;
-use super::probe::FamilyInfo;
 use super::roots::{CheckConfig, KernelRelease};
 
 /// The result of [`check`](super::check): one [`ModuleStatus`] per required
@@ -24,6 +23,7 @@ use super::roots::{CheckConfig, KernelRelease};
 /// assert!(report.to_string().lines().last().unwrap().starts_with("IPVS usable: no, because "));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Report {
     /// The kernel release checked for.
     pub release: KernelRelease,
@@ -45,6 +45,7 @@ pub struct Report {
 /// assert_eq!(report.probe, Some(ProbeResult::Absent));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProbeResult {
     /// The kernel resolved the IPVS generic netlink family.
     Present(FamilyInfo),
@@ -70,13 +71,46 @@ impl fmt::Display for ProbeResult {
     }
 }
 
+/// A generic netlink family as the kernel's controller reported it.
+///
+/// ```no_run
+/// let f = ipvsctl::kmod::resolve_family("nlctrl")?.expect("the controller always exists");
+/// println!("{} id {} version {}", f.name, f.id, f.version);
+/// # Ok::<(), ipvsctl::kmod::KmodError>(())
+/// ```
+///
+/// `#[non_exhaustive]`: the controller says more than this (header size,
+/// attributes, operations), which may be kept one day; build one with
+/// [`FamilyInfo::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FamilyInfo {
+    /// The family's name.
+    pub name: String,
+    /// The id the kernel gave it (the netlink message type to use).
+    pub id: u16,
+    /// The family's version.
+    pub version: u32,
+}
+
+impl FamilyInfo {
+    /// A family of this name, id and version.
+    pub fn new(name: impl Into<String>, id: u16, version: u32) -> Self {
+        FamilyInfo {
+            name: name.into(),
+            id,
+            version,
+        }
+    }
+}
+
 /// Whether IPVS can be used, and why.
 ///
 /// ```
 /// use ipvsctl::kmod::{self, CheckConfig, FamilyInfo, Requirements, Roots};
 ///
 /// let cfg = CheckConfig::default().with_roots(Roots::under("/nonexistent")).with_release("6.1.0");
-/// let family = FamilyInfo { name: "IPVS".into(), id: 33, version: 1 };
+/// let family = FamilyInfo::new("IPVS", 33, 1);
 /// let u = kmod::check_with(&Requirements::ipvs_core(), &cfg)
 ///     .with_probe(Ok(Some(family)))
 ///     .usability();
@@ -85,6 +119,7 @@ impl fmt::Display for ProbeResult {
 /// assert!(u.to_string().starts_with("IPVS usable: yes, because the kernel resolved"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Usability {
     /// The answer.
     pub usable: bool,
@@ -286,6 +321,7 @@ impl fmt::Display for Report {
 /// assert_eq!(d.report.modules.len(), 1);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Diagnosis {
     /// One line, e.g. `IPVS unavailable: ip_vs is missing: no modules
     /// directory for running kernel 6.1.0-18-amd64 ...`.

@@ -158,6 +158,7 @@ pub(crate) fn valid_release(r: &str) -> bool {
 /// assert_eq!((r.release.as_str(), r.source), ("6.1.0-18-amd64", ReleaseSource::Caller));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KernelRelease {
     /// For example `6.1.0-18-amd64`.
     pub release: String,
@@ -167,6 +168,7 @@ pub struct KernelRelease {
 
 /// Where the kernel release came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReleaseSource {
     /// Read from this file (normally `/proc/sys/kernel/osrelease`).
     File(PathBuf),
