@@ -159,10 +159,10 @@ impl fmt::Display for Support {
 }
 
 /// Whether a scheduler or persistence engine can be used, by the module
-/// files: the verdict of the kernel-module check (`kmod::check`, public
-/// with the feature `kmod`), summarised. This is the answer to "can this
-/// scheduler be used?"; the check says why, and `kmod::probe_scheduler`
-/// confirms it with the kernel.
+/// files: the kernel-module check's verdict (`kmod::check`, public with the
+/// feature `kmod`), summarised for a handle's user. The check's answer to
+/// "can this scheduler be used?" says why; `kmod::probe_scheduler` confirms
+/// it with the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Availability {
     /// Built in or loaded: usable now.
