@@ -5,7 +5,7 @@
 //! pipeline's, see [`super::pipeline`].
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::pipeline::{Io, Kind, Limits, Pipeline, Push, Reply};
 use super::socket::{Datagram, GenlSocket};
@@ -19,8 +19,6 @@ pub struct Exchange<'a> {
     seq: &'a mut u32,
 }
 
-/// `MSG_DONTWAIT`.
-const MSG_DONTWAIT: i32 = 0x40;
 /// `ENOBUFS`.
 const ENOBUFS: i32 = 105;
 
@@ -124,6 +122,11 @@ impl<'a> Exchange<'a> {
 /// Sends the sealed datagram `datagram` and does the pipeline's I/O until
 /// its outcomes are ready. The pipeline drops (and counts) datagrams from
 /// any sender but the kernel.
+///
+/// Every wait ends at the pipeline's deadline (its timeout after the
+/// kernel last answered): each receive is given the time left before it,
+/// and a receive that a signal or another sender's datagram ended is
+/// followed by one given the time left then, never a full timeout again.
 pub(crate) fn drive<T, D>(
     sock: &mut GenlSocket,
     pipe: &mut Pipeline<T, D>,
@@ -142,8 +145,20 @@ pub(crate) fn drive<T, D>(
             }
             Io::Recv { wait } => wait,
         };
-        let flags = if wait { 0 } else { MSG_DONTWAIT };
-        match sock.recv_from(flags) {
+        let received = if wait {
+            let now = Instant::now();
+            let left = pipe
+                .deadline()
+                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+            if left.is_zero() {
+                pipe.on_silence(now);
+                continue;
+            }
+            sock.recv_within(left)
+        } else {
+            sock.recv_now()
+        };
+        match received {
             Ok((Datagram::Whole(d), sender)) => pipe.on_datagram(Instant::now(), d, sender, decode),
             Ok((Datagram::Truncated { .. }, sender)) if sender != 0 => {
                 pipe.on_datagram(Instant::now(), &[], sender, decode)
@@ -151,9 +166,103 @@ pub(crate) fn drive<T, D>(
             Ok((Datagram::Truncated { head, .. }, _)) => pipe.on_truncated(Instant::now(), head),
             Err(e) if e.raw_os_error() == Some(ENOBUFS) => pipe.on_overrun(),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !wait => pipe.on_empty(),
-            // The socket's receive timeout (the same as the pipeline's).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => pipe.on_silence(Instant::now()),
+            // Not a receive that waits: nothing to bound, ask again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted && !wait => {}
+            // The time left ran out, or a signal ended the wait: the
+            // pipeline times the datagram out once its deadline has passed,
+            // and the next receive gets only what is left.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                pipe.on_silence(Instant::now())
+            }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::thread::JoinHandleExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::netlink::netns::NetNs;
+    use crate::netlink::pipeline::Failure;
+
+    /// `NLMSG_NOOP` as a dump request: below `NLMSG_MIN_TYPE`, without
+    /// `NLM_F_ACK`, so the kernel takes it and never answers.
+    fn unanswered_request() -> Vec<u8> {
+        let mut req = Vec::new();
+        // Flags are the pipeline's to set (`NLM_F_REQUEST | NLM_F_DUMP`).
+        for word in [16u32, 1, 0, 0] {
+            req.extend_from_slice(&word.to_ne_bytes());
+        }
+        req
+    }
+
+    /// A signal every few milliseconds (tokio's SIGCHLD handler is one real
+    /// source) interrupts every receive; the wait for a silent kernel still
+    /// ends at its deadline, not one full timeout after the last signal.
+    #[test]
+    fn signals_cannot_extend_a_wait_for_a_silent_kernel() {
+        const SIGNAL: i32 = signal_hook::consts::SIGUSR2;
+        let timeout = Duration::from_millis(200);
+        let caught = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(SIGNAL, Arc::clone(&caught)).unwrap();
+        let (done_tx, done_rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let mut sock = GenlSocket::open(&NetNs::Current).unwrap();
+            sock.set_timeout(timeout).unwrap();
+            let limits = Limits {
+                port: sock.port(),
+                max_send: sock.max_send(),
+                max_batch: sock.max_batch(),
+            };
+            let mut pipe = Pipeline::<(), ()>::new(1, limits, timeout);
+            let mut buf = Vec::new();
+            pipe.push_encoded(&mut buf, Kind::Dump, (), &unanswered_request());
+            assert!(pipe.seal(&mut buf));
+            let start = Instant::now();
+            drive(&mut sock, &mut pipe, &buf, &mut |_, _| Ok(())).unwrap();
+            let waited = start.elapsed();
+            let (_, reply) = pipe.poll_outcome().unwrap();
+            let _ = done_tx.send((waited, reply.result));
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let target = waiter.as_pthread_t();
+        let signaller = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: `target` is the waiting thread, which is still
+                    // joinable (it is joined only after `stop` is set), so
+                    // its pthread_t is valid; the signal has a handler that
+                    // only sets a flag.
+                    unsafe { libc::pthread_kill(target, SIGNAL) };
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        // The watchdog: a wait that signals keep going is a failure here,
+        // not a hung test.
+        let outcome = done_rx.recv_timeout(timeout * 10);
+        stop.store(true, Ordering::Relaxed);
+        signaller.join().unwrap();
+        let (waited, result) = outcome.expect("the wait outlived ten timeouts under signals");
+        assert!(caught.load(Ordering::Relaxed), "no signal was delivered");
+        assert!(
+            matches!(result, Err(Failure::TimedOut { .. })),
+            "{result:?}"
+        );
+        assert!(waited >= timeout, "{waited:?}");
+        assert!(waited < timeout + Duration::from_millis(100), "{waited:?}");
+        waiter.join().unwrap();
     }
 }

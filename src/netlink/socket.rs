@@ -96,6 +96,8 @@ pub struct GenlSocket {
     dropped_foreign: u64,
     /// The bound of every wait.
     timeout: Duration,
+    /// What `SO_RCVTIMEO` is set to now.
+    rcvtimeo: Duration,
 }
 
 impl GenlSocket {
@@ -131,6 +133,7 @@ impl GenlSocket {
             rx: vec![0; RECV_CHUNK],
             dropped_foreign: 0,
             timeout: DEFAULT_TIMEOUT,
+            rcvtimeo: DEFAULT_TIMEOUT,
         })
         .and_then(|mut s| {
             s.set_dump_size(dumps);
@@ -152,6 +155,7 @@ impl GenlSocket {
         set_socket_timeout(&self.sock, Timeout::Recv, Some(timeout))?;
         set_socket_timeout(&self.sock, Timeout::Send, Some(timeout))?;
         self.timeout = timeout;
+        self.rcvtimeo = timeout;
         Ok(())
     }
 
@@ -259,27 +263,43 @@ impl GenlSocket {
         Ok((self.datagram(n), sender))
     }
 
+    /// One receive that waits at most about `left`: the datagram and its
+    /// sender's port (0 is the kernel). `SO_RCVTIMEO` is set to `left` when
+    /// it differs from the value set by more than [`DEADLINE_SLACK`] (so a
+    /// wait of a full timeout after an answer costs no system call), and a
+    /// signal ends the receive (`Interrupted`) instead of starting it again
+    /// with a fresh timeout: the caller works out the time left anew, so
+    /// signals cannot push a deadline back.
+    pub(crate) fn recv_within(&mut self, left: Duration) -> io::Result<(Datagram<'_>, u32)> {
+        use rustix::net::sockopt::{Timeout, set_socket_timeout};
+        // Zero would mean "wait for ever" to the kernel.
+        let left = left.max(Duration::from_micros(1));
+        if self.rcvtimeo.abs_diff(left) > DEADLINE_SLACK {
+            set_socket_timeout(&self.sock, Timeout::Recv, Some(left))?;
+            self.rcvtimeo = left;
+        }
+        let (n, sender) = self.recv_raw(0)?;
+        Ok((self.datagram(n), sender))
+    }
+
+    /// One receive that does not wait: an empty queue is `WouldBlock`.
+    pub(crate) fn recv_now(&mut self) -> io::Result<(Datagram<'_>, u32)> {
+        let (n, sender) = self.recv_raw(MSG_DONTWAIT)?;
+        Ok((self.datagram(n), sender))
+    }
+
     /// One receive into the socket's buffer: the datagram's real length and
-    /// its sender's port.
+    /// its sender's port. A signal ends it (`Interrupted`).
     fn recv_raw(&mut self, flags: i32) -> io::Result<(usize, u32)> {
         let want = self.recv_len.min(self.rx.len());
-        loop {
-            let mut window = &mut self.rx[..want];
-            match self.sock.recv_from(&mut window, MSG_TRUNC | flags) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok((n, from)) => {
-                    break Ok((
-                        n,
-                        if from_kernel(&from) {
-                            0
-                        } else {
-                            from.port_number().max(1)
-                        },
-                    ));
-                }
-                Err(e) => break Err(e),
-            }
-        }
+        let mut window = &mut self.rx[..want];
+        let (n, from) = self.sock.recv_from(&mut window, MSG_TRUNC | flags)?;
+        let sender = if from_kernel(&from) {
+            0
+        } else {
+            from.port_number().max(1)
+        };
+        Ok((n, sender))
     }
 
     /// The datagram of `n` bytes just received (cut if longer than asked).
@@ -380,6 +400,11 @@ fn size_buffer(sock: &Socket, want: usize, dir: Direction) -> usize {
 
 /// `MSG_TRUNC`: make `recv` report a datagram's real length.
 const MSG_TRUNC: i32 = 0x20;
+/// `MSG_DONTWAIT`.
+const MSG_DONTWAIT: i32 = 0x40;
+/// How far the receive timeout may be from the time left before it is set
+/// again: a wait ends at most this long after its deadline.
+const DEADLINE_SLACK: Duration = Duration::from_millis(1);
 /// `ENOENT`: the controller's answer for an unknown family.
 const ENOENT: i32 = 2;
 
