@@ -90,15 +90,16 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
+use ipvsctl::Timeout;
 use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use ipvsctl::codec::request;
 use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::netlink::netns::{NetNs, run_in};
-use ipvsctl::netlink::{DumpSize, GenlSocket};
 use ipvsctl::sync::{
     self, DesiredState, FileLedger, Ledger, Observed, PlanOptions, Scope, ServiceCheck,
     SyncOptions, Syncer, Verify,
 };
+use ipvsctl::unstable::{DumpSize, NlSocket, Protocol};
 use ipvsctl::{BatchMode, Handle};
 
 const DESTS: usize = 10;
@@ -360,13 +361,18 @@ fn with_ledger(s: Syncer<&Handle>) -> Syncer<&Handle> {
     }
 }
 
+/// A generic-netlink socket in `netns`, as the library opens them.
+fn open_socket(netns: &NetNs, dumps: DumpSize) -> std::io::Result<NlSocket> {
+    NlSocket::open(netns, Protocol::Generic, dumps, Timeout::HANDLE_DEFAULT)
+}
+
 /// The raw replay: every request of the cold apply pre-encoded into
 /// datagrams as large as the socket takes (untimed), then sent with the
 /// answers drained (timed). `ack_each`: every request asks for an ACK;
 /// otherwise only the last of each datagram does.
 fn raw_replay(ns: &Ns, d: &DesiredState, ack_each: bool) -> Duration {
     let family = ns.handle().family_id();
-    let mut sock = GenlSocket::open(&ns.netns()).expect("socket");
+    let mut sock = open_socket(&ns.netns(), DumpSize::Large).expect("socket");
     let plan = sync::plan(
         d,
         &Observed::new(),
@@ -490,8 +496,8 @@ fn read_dumps(h: &Handle) -> usize {
 /// dump and one real-server dump per service, requests encoded beforehand,
 /// answers received on one socket each way and counted, never decoded.
 struct RawRead {
-    services: GenlSocket,
-    dests: GenlSocket,
+    services: NlSocket,
+    dests: NlSocket,
     service_dump: Vec<u8>,
     dest_dumps: Vec<Vec<u8>>,
 }
@@ -505,8 +511,8 @@ impl RawRead {
             b
         };
         RawRead {
-            services: GenlSocket::open_with(&ns.netns(), DumpSize::Large).expect("socket"),
-            dests: GenlSocket::open_with(&ns.netns(), DumpSize::Page).expect("socket"),
+            services: open_socket(&ns.netns(), DumpSize::Large).expect("socket"),
+            dests: open_socket(&ns.netns(), DumpSize::Page).expect("socket"),
             service_dump: encode(1, request::dump_services()),
             dest_dumps: (2u32..)
                 .zip(d.services())
@@ -527,7 +533,7 @@ impl RawRead {
 }
 
 /// Sends one dump request and receives its answer: the data messages counted.
-fn raw_dump(sock: &mut GenlSocket, req: &[u8]) -> usize {
+fn raw_dump(sock: &mut NlSocket, req: &[u8]) -> usize {
     sock.send(req).expect("send");
     let mut n = 0;
     loop {
@@ -544,7 +550,7 @@ fn raw_dump(sock: &mut GenlSocket, req: &[u8]) -> usize {
 /// sends them all and counts every answer message (data and ACKs) without
 /// decoding any: the kernel's floor for the same requests pipelined.
 struct RawPipeline {
-    sock: GenlSocket,
+    sock: NlSocket,
     /// (datagram, answers it gets)
     chunks: Vec<(Vec<u8>, usize)>,
 }
@@ -569,7 +575,7 @@ impl RawPipeline {
         acks: Acks,
     ) -> RawPipeline {
         let family = ns.handle().family_id();
-        let sock = GenlSocket::open(&ns.netns()).expect("socket");
+        let sock = open_socket(&ns.netns(), DumpSize::Large).expect("socket");
         let (max_batch, max_send) = (sock.max_batch(), sock.max_send());
         let answers = |count: usize| match acks {
             Acks::Each => count * (data + 1),

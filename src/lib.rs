@@ -101,6 +101,9 @@
 //! * `serde`: `Serialize` and `Deserialize` for the model types (desired
 //!   states read from files; the `mini-proxy` example uses it).
 //! * `arbitrary`: `arbitrary::Arbitrary` for the model types, for fuzzing.
+//! * `unstable`: the module `unstable`, the crate's netlink socket, request
+//!   pipeline and driver, for tests, benchmarks and capture tools. Outside
+//!   semver: it may change in any release.
 //! * `tokio`: the module `asynchronous`, an async front: `AsyncHandle`
 //!   and `AsyncSyncer`, each running its
 //!   operations in order on a worker thread of its own, so async code never
@@ -138,11 +141,15 @@ pub mod netlink;
 pub mod nodeips;
 pub mod sync;
 pub mod sysctl;
+mod timeout;
+#[cfg(feature = "unstable")]
+pub mod unstable;
 pub mod vip;
 
 pub use handle::{Availability, Capabilities, KernelVersion, Support};
 pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
 pub use netlink::netns::{NetNs, PinnedNetNs};
+pub use timeout::{Timeout, TimeoutError};
 
 /// The README's examples, compiled as doctests (with `--all-features`: one
 /// of them needs `kmod`).

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ipvsctl::Error;
 use ipvsctl::codec::request;
 use ipvsctl::model::{DaemonRole, SyncDaemon};
-use ipvsctl::netlink::{Exchange, Failure, GenlSocket, Kind};
+use ipvsctl::unstable::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol};
 
 /// Sync-daemon errnos: ENODEV, EEXIST, ESRCH.
 #[test]
@@ -63,7 +63,13 @@ fn stops_a_daemon_that_never_ran() {
         // Whatever happens below, even a failed assertion, the spinners stop
         // (the scope joins them before a panic goes on).
         let _stop = StopOnDrop(&busy);
-        let mut sock = GenlSocket::open(&h.netns().into()).expect("socket");
+        let mut sock = NlSocket::open(
+            &h.netns().into(),
+            Protocol::Generic,
+            DumpSize::Large,
+            h.timeout(),
+        )
+        .expect("socket");
         let mut seq = 0;
         let mut raced = 0;
         for _ in 0..20 {
@@ -73,8 +79,8 @@ fn stops_a_daemon_that_never_ran() {
                 (request::get_info(), Kind::Ack, "info"),
             ];
             let mut outcomes = Vec::new();
-            Exchange::new(&mut sock, h.family_id(), &mut seq)
-                .run(requests, |_, what, reply| {
+            Exchange::new(&mut sock, &mut seq)
+                .run(h.family_id(), requests, |_, what, reply| {
                     outcomes.push((what, reply.result))
                 })
                 .expect("exchange");

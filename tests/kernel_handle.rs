@@ -310,17 +310,18 @@ fn destinations_of_many_services_in_one_call() {
 /// The real servers of `key` dumped through a raw exchange on `sock`:
 /// (real servers, datagrams, outcome).
 fn raw_dest_dump(
-    sock: &mut ipvsctl::netlink::GenlSocket,
+    sock: &mut ipvsctl::unstable::NlSocket,
     family: u16,
     seq: &mut u32,
     key: &ServiceKey,
 ) -> (Vec<IpvsMessage>, usize, bool) {
     let mut out = None;
-    ipvsctl::netlink::Exchange::new(sock, family, seq)
+    ipvsctl::unstable::Exchange::new(sock, seq)
         .run(
+            family,
             [(
                 request::dump_dests(key).unwrap(),
-                ipvsctl::netlink::Kind::Dump,
+                ipvsctl::unstable::Kind::Dump,
                 (),
             )],
             |_, (), r| out = Some((r.data, r.datagrams, r.result.is_ok())),
@@ -331,7 +332,8 @@ fn raw_dest_dump(
 
 #[test]
 fn page_sized_dumps_and_a_cut_datagram_healed() {
-    use ipvsctl::netlink::{DumpSize, GenlSocket};
+    use ipvsctl::Timeout;
+    use ipvsctl::unstable::{DumpSize, NlSocket, Protocol};
     let (ns, h) = setup();
     let key = ServiceKey::tcp(sa("10.96.4.1:80"));
     h.add_service(&VirtualServer::new(key)).unwrap();
@@ -341,9 +343,10 @@ fn page_sized_dumps_and_a_cut_datagram_healed() {
         h.add_destination(&key, &rs).unwrap();
     }
     let netns = ipvsctl::NetNs::path(ns.path());
+    let open = |dumps| NlSocket::open(&netns, Protocol::Generic, dumps, Timeout::HANDLE_DEFAULT);
     let mut seq = 100;
 
-    let mut large = GenlSocket::open_with(&netns, DumpSize::Large).unwrap();
+    let mut large = open(DumpSize::Large).unwrap();
     // A fresh socket has received nothing yet, so the kernel builds the first
     // datagram of its first dump at page size; from then on they are large.
     let (first, _, ok) = raw_dest_dump(&mut large, h.family_id(), &mut seq, &key);
@@ -353,7 +356,7 @@ fn page_sized_dumps_and_a_cut_datagram_healed() {
     assert!(ok);
     assert_eq!((whole.len(), datagrams), (60, 1));
 
-    let mut page = GenlSocket::open_with(&netns, DumpSize::Page).unwrap();
+    let mut page = open(DumpSize::Page).unwrap();
     let (paged, datagrams, ok) = raw_dest_dump(&mut page, h.family_id(), &mut seq, &key);
     assert!(ok);
     assert!(
@@ -1205,7 +1208,8 @@ fn services_with_one_server(
         ]
     }));
     assert!(report.is_ok(), "{:?}", report.failed);
-    let options = ipvsctl::HandleOptions::new().with_timeout(std::time::Duration::from_secs(secs));
+    let options = ipvsctl::HandleOptions::new()
+        .with_timeout(ipvsctl::Timeout::new(std::time::Duration::from_secs(secs)).unwrap());
     let h = Handle::open_with_options(&ipvsctl::NetNs::path(ns.path()), &options).unwrap();
     (ns, Arc::new(h), keys)
 }

@@ -75,9 +75,9 @@ fn a_caller_behind_a_request_stuck_in_the_kernel_times_out_and_the_handle_recove
     support::require_ipvs();
     let ns = support::TestNetns::with_ipvs();
     let timeout = Duration::from_millis(500);
-    let options = HandleOptions::new().with_timeout(timeout);
+    let options = HandleOptions::new().with_timeout(ipvsctl::Timeout::new(timeout).unwrap());
     let h = Handle::open_with_options(&NetNs::path(ns.path()), &options).expect("open handle");
-    assert_eq!(h.timeout(), timeout);
+    assert_eq!(h.timeout().get(), timeout);
     let key = ServiceKey::tcp("10.96.7.1:80".parse().unwrap());
     let slow = SlowModprobe::install();
     std::thread::scope(|s| {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP};
 use ipvsctl::codec::{IpvsMessage, request};
-use ipvsctl::netlink::pipeline::{Failure, Io, Kind, Limits, Pipeline, Push, Reply, Staged};
+use ipvsctl::unstable::{Failure, Io, Kind, Limits, Pipeline, Push, Reply, Staged};
 
 const FAMILY: u16 = 0x20;
 const PORT: u32 = 4242;
@@ -69,7 +69,7 @@ fn done(seq: u32) -> Vec<u8> {
     )
 }
 
-fn decode(_: &usize, body: &[u8]) -> Result<IpvsMessage, ipvsctl::codec::DecodeError> {
+fn decode(_: &usize, _: u16, body: &[u8]) -> Result<IpvsMessage, ipvsctl::codec::DecodeError> {
     frame::decode_message(body)
 }
 
@@ -761,4 +761,145 @@ fn frame_start(bytes: &[u8], n: usize) -> usize {
         at += len.next_multiple_of(4);
     }
     at
+}
+
+// rtnetlink-shaped answers: the VIP device's address changes and the node
+// IPs' link and address dumps go through the same pipeline.
+
+/// `RTM_NEWLINK`, `NLM_F_DUMP_INTR`.
+const RTM_NEWLINK: u16 = 16;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+
+/// A link message for `seq` (an `ifinfomsg` for interface `index`, no
+/// attributes) with `flags`.
+fn link(seq: u32, index: u32, flags: u16) -> Vec<u8> {
+    let mut ifinfomsg = [0u8; 16];
+    ifinfomsg[4..8].copy_from_slice(&index.to_ne_bytes());
+    message(RTM_NEWLINK, flags, seq, &ifinfomsg)
+}
+
+/// A pipeline of rtnetlink requests whose data is kept as (message type,
+/// interface index).
+fn route_pipeline(first_seq: u32) -> Pipeline<usize, (u16, u32)> {
+    Pipeline::new(first_seq, limits(64), TIMEOUT)
+}
+
+fn decode_link(
+    _: &usize,
+    kind: u16,
+    body: &[u8],
+) -> Result<(u16, u32), ipvsctl::codec::DecodeError> {
+    let index = body
+        .get(4..8)
+        .ok_or("short ifinfomsg")?
+        .try_into()
+        .map(u32::from_ne_bytes)
+        .map_err(|_| "short ifinfomsg")?;
+    Ok((kind, index))
+}
+
+/// Pushes `count` requests of `kind` (an rtnetlink request is bytes like any
+/// other to the pipeline), seals and "sends" them.
+fn send_route(pipe: &mut Pipeline<usize, (u16, u32)>, kind: Kind, count: usize) {
+    let mut buf = Vec::new();
+    for tag in 0..count {
+        // RTM_NEWADDR / RTM_GETLINK alike: a header and a 16-byte body.
+        let request = message(20, 0, 0, &[0; 16]);
+        assert!(matches!(
+            pipe.push_encoded(&mut buf, kind, tag, &request),
+            Push::Added
+        ));
+    }
+    assert!(pipe.seal(&mut buf));
+    pipe.on_sent(Instant::now());
+}
+
+fn route_outcomes(pipe: &mut Pipeline<usize, (u16, u32)>) -> Vec<Reply<(u16, u32)>> {
+    let mut out = Vec::new();
+    while let Some((tag, reply)) = pipe.poll_outcome() {
+        assert_eq!(tag, out.len());
+        out.push(reply);
+    }
+    out
+}
+
+#[test]
+fn an_interrupted_link_dump_is_reported_and_a_clean_one_is_not() {
+    let mut pipe = route_pipeline(1);
+    send_route(&mut pipe, Kind::Dump, 1);
+    let multi = frame::NLM_F_MULTI;
+    let mut first = link(1, 1, multi);
+    first.extend(link(1, 2, multi | NLM_F_DUMP_INTR));
+    pipe.on_datagram(Instant::now(), &first, 0, &mut decode_link);
+    pipe.on_datagram(Instant::now(), &done(1), 0, &mut decode_link);
+    let out = route_outcomes(&mut pipe);
+    assert!(out[0].result.is_ok());
+    assert!(out[0].interrupted);
+    assert_eq!(out[0].data, [(RTM_NEWLINK, 1), (RTM_NEWLINK, 2)]);
+    assert_eq!(out[0].datagrams, 1);
+
+    send_route(&mut pipe, Kind::Dump, 1);
+    let mut clean = link(2, 1, multi);
+    clean.extend(done(2));
+    pipe.on_datagram(Instant::now(), &clean, 0, &mut decode_link);
+    let out = route_outcomes(&mut pipe);
+    assert!(out[0].result.is_ok());
+    assert!(!out[0].interrupted);
+}
+
+/// Five address changes in one datagram, each asking for an ACK; the kernel
+/// answers the first two, then the receive buffer overruns. The third and
+/// fourth answers were dropped: their outcome is unknown (lost), never a
+/// success; the fifth, still queued, is read while draining.
+#[test]
+fn an_overrun_in_the_middle_of_an_address_batch_loses_only_the_dropped_answers() {
+    let mut pipe = route_pipeline(1);
+    send_route(&mut pipe, Kind::Ack, 5);
+    let mut answered = answer(1, 0);
+    answered.extend(answer(2, EEXIST));
+    pipe.on_datagram(Instant::now(), &answered, 0, &mut decode_link);
+    pipe.on_overrun();
+    assert_eq!(pipe.next_io(), Io::Recv { wait: false });
+    pipe.on_datagram(Instant::now(), &answer(5, 0), 0, &mut decode_link);
+    pipe.on_empty();
+    let out = route_outcomes(&mut pipe);
+    assert_eq!(out.len(), 5);
+    assert!(out[0].result.is_ok());
+    assert!(matches!(&out[1].result, Err(Failure::Kernel(e)) if e.errno() == EEXIST));
+    assert!(matches!(out[2].result, Err(Failure::Lost)));
+    assert!(matches!(out[3].result, Err(Failure::Lost)));
+    assert!(out[4].result.is_ok());
+}
+
+/// A link dump whose datagram did not fit the receive buffer: the rest of
+/// the cut answer is drained, and the dump is asked again whole under a new
+/// number; links of the cut attempt are not kept.
+#[test]
+fn a_cut_link_dump_is_asked_again_and_only_the_whole_answer_kept() {
+    let mut pipe = route_pipeline(3);
+    send_route(&mut pipe, Kind::Dump, 1);
+    let multi = frame::NLM_F_MULTI;
+    pipe.on_truncated(Instant::now(), &link(3, 1, multi)[..16]);
+    assert_eq!(pipe.next_io(), Io::Recv { wait: false });
+    let mut rest = link(3, 7, multi);
+    rest.extend(done(3));
+    pipe.on_datagram(Instant::now(), &rest, 0, &mut decode_link);
+    let again = match pipe.next_io() {
+        Io::Send(b) => b.to_vec(),
+        other => panic!("expected the dump asked again, got {other:?}"),
+    };
+    let header = frame::frames(&again).next().unwrap().unwrap().header;
+    assert_eq!(header.seq, 4);
+    assert_eq!(header.flags & NLM_F_DUMP, NLM_F_DUMP);
+    pipe.on_sent(Instant::now());
+    // A late answer to the cut attempt is stale now.
+    pipe.on_datagram(Instant::now(), &link(3, 9, multi), 0, &mut decode_link);
+    let mut whole = link(4, 1, multi);
+    whole.extend(link(4, 2, multi));
+    whole.extend(done(4));
+    pipe.on_datagram(Instant::now(), &whole, 0, &mut decode_link);
+    let out = route_outcomes(&mut pipe);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].result.is_ok());
+    assert_eq!(out[0].data, [(RTM_NEWLINK, 1), (RTM_NEWLINK, 2)]);
 }

@@ -9,7 +9,7 @@ use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 
 use super::DecodeError;
 use super::attr::{PushValue, RawAttrs, push_attr};
-use super::frame::{self, GENL_HDRLEN, NLM_F_ACK};
+use super::frame::{self, GENL_HDRLEN};
 
 /// `GENL_ID_CTRL`: the controller's fixed family id.
 pub const GENL_ID_CTRL: u16 = 0x10;
@@ -19,14 +19,14 @@ const CTRL_VERSION: u8 = 2;
 
 impl PushValue for GenlCtrlAttrs {}
 
-/// Appends a `CTRL_CMD_GETFAMILY` request for `name` to `out`.
-pub(crate) fn encode_get_family(out: &mut Vec<u8>, name: &str, seq: u32) {
+/// Appends a `CTRL_CMD_GETFAMILY` request for `name` to `out`, with
+/// `flags` (`NLM_F_REQUEST` is always set).
+pub(crate) fn encode_get_family(out: &mut Vec<u8>, name: &str, seq: u32, flags: u16) {
     let cmd = u8::from(GenlCtrlCmd::GetFamily);
     // GENL_ID_CTRL is a valid family id and a family name (the crate asks
     // for "IPVS") is far below netlink's length limits, so neither step
     // fails; the unit test below checks the bytes.
-    let Ok(start) = frame::begin_request(out, GENL_ID_CTRL, NLM_F_ACK, seq, cmd, CTRL_VERSION)
-    else {
+    let Ok(start) = frame::begin_request(out, GENL_ID_CTRL, flags, seq, cmd, CTRL_VERSION) else {
         return;
     };
     push_attr(out, &GenlCtrlAttrs::FamilyName(name.to_owned()));
@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn get_family_request_and_reply_bytes() {
         let mut out = Vec::new();
-        encode_get_family(&mut out, "IPVS", 7);
+        encode_get_family(&mut out, "IPVS", 7, frame::NLM_F_ACK);
         assert_eq!(
             out,
             [

@@ -36,6 +36,8 @@ pub const NLM_F_MULTI: u16 = 0x2;
 pub const NLM_F_ACK: u16 = 0x4;
 /// Request flag `NLM_F_DUMP`.
 pub const NLM_F_DUMP: u16 = 0x300;
+/// Reply flag `NLM_F_DUMP_INTR`: the dumped table changed during the dump.
+pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 /// Error-message flag: the original request was not copied back in full.
 pub(crate) const NLM_F_CAPPED: u16 = 0x100;
 /// Error-message flag: extended-ACK attributes follow.

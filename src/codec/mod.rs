@@ -12,7 +12,10 @@
 //!   splitting datagrams into data, ACKs, errors (with extended ACK) and
 //!   dump ends;
 //! * [`ctrl`] — resolving the family id through the generic-netlink
-//!   controller.
+//!   controller;
+//! * `route` (crate-private) — the rtnetlink requests of [`crate::vip`] and
+//!   [`crate::nodeips`] through one framing function, and the one decoder
+//!   of link and address messages, one attribute space per file.
 //!
 //! Nothing here panics on input: a truncated or hostile reply is a
 //! [`DecodeError`].
@@ -58,6 +61,7 @@ pub mod frame;
 mod message;
 pub mod reply;
 pub mod request;
+pub(crate) mod route;
 
 pub use error::DecodeError;
 pub use message::{IpvsCmd, IpvsMessage};

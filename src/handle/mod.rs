@@ -14,7 +14,6 @@ mod lane;
 mod overlap;
 mod services;
 
-use std::time::Duration;
 
 pub use batch::{BatchMode, BatchReport, Op};
 
@@ -22,10 +21,11 @@ pub use capabilities::{Availability, Capabilities, KernelVersion, Support};
 pub use error::{Error, Operation, Result};
 pub(crate) use error::{Target, describe};
 
+use crate::Timeout;
 use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::{NetNs, PinnedNetNs};
-use crate::netlink::{DEFAULT_TIMEOUT, DumpSize, Exchange, GenlSocket, Kind, Reply};
+use crate::netlink::{DumpSize, Exchange, Kind, NlSocket, Protocol, Reply};
 use lane::Lane;
 
 /// A connection to the kernel's IPVS in one network namespace: every
@@ -147,9 +147,9 @@ pub struct Handle {
     tables: Lane<Inner>,
     family: u16,
     netns: PinnedNetNs,
-    timeout: Duration,
+    timeout: Timeout,
     /// Requests per datagram of the main socket (see
-    /// [`GenlSocket::max_batch`]).
+    /// [`NlSocket::max_batch`]).
     max_batch: usize,
 }
 
@@ -157,11 +157,12 @@ pub struct Handle {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use ipvsctl::{Handle, HandleOptions, NetNs};
-/// let options = HandleOptions::new().with_timeout(Duration::from_secs(5));
+/// use ipvsctl::{Handle, HandleOptions, NetNs, Timeout};
+/// let timeout = Timeout::new(Duration::from_secs(5))?;
+/// let options = HandleOptions::new().with_timeout(timeout);
 /// let ipvs = Handle::open_with_options(&NetNs::Current, &options)?;
-/// assert_eq!(ipvs.timeout(), Duration::from_secs(5));
-/// # Ok::<(), ipvsctl::Error>(())
+/// assert_eq!(ipvs.timeout(), timeout);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -169,15 +170,14 @@ pub struct HandleOptions {
     /// The bound of every wait of the handle (60 seconds unless set): for
     /// the kernel's next answer, for the handle's socket while another
     /// thread uses it, and for room in the send buffer. A wait that runs
-    /// out is [`Error::Timeout`]. A zero timeout is taken as one
-    /// millisecond.
-    pub timeout: Duration,
+    /// out is [`Error::Timeout`].
+    pub timeout: Timeout,
 }
 
 impl Default for HandleOptions {
     fn default() -> Self {
         HandleOptions {
-            timeout: DEFAULT_TIMEOUT,
+            timeout: Timeout::HANDLE_DEFAULT,
         }
     }
 }
@@ -189,7 +189,7 @@ impl HandleOptions {
     }
 
     /// Sets the bound of every wait (see [`HandleOptions::timeout`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Timeout) -> Self {
         self.timeout = timeout;
         self
     }
@@ -206,7 +206,7 @@ pub(crate) enum Via {
 
 #[derive(Debug)]
 struct Inner {
-    sock: GenlSocket,
+    sock: NlSocket,
     seq: u32,
 }
 
@@ -258,8 +258,9 @@ impl Handle {
             .pin()
             .map_err(|e| Error::io(Operation::OpenNamespace, e))?;
         let mut sock = open_socket(&netns, DumpSize::Page, options.timeout)?;
-        let family = sock
-            .resolve_family(consts::FAMILY_NAME, 1)
+        let mut seq = 0;
+        let family = Exchange::new(&mut sock, &mut seq)
+            .resolve_family(consts::FAMILY_NAME)
             .map_err(|e| Error::io(Operation::ResolveFamily, e))?;
         let Some(family) = family else {
             return Err(Error::Unavailable {
@@ -272,7 +273,7 @@ impl Handle {
         Ok(Handle {
             max_batch: sock.max_batch(),
             timeout: sock.timeout(),
-            main: Lane::new(Some(Inner { sock, seq: 1 })),
+            main: Lane::new(Some(Inner { sock, seq })),
             tables: Lane::new(None),
             family: family.id,
             netns,
@@ -307,7 +308,7 @@ impl Handle {
     }
 
     /// The bound of every wait of this handle ([`HandleOptions::timeout`]).
-    pub fn timeout(&self) -> Duration {
+    pub fn timeout(&self) -> Timeout {
         self.timeout
     }
 
@@ -362,10 +363,12 @@ impl Handle {
             Via::Main => (&self.main, DumpSize::Page),
             Via::Tables => (&self.tables, DumpSize::Large),
         };
-        let (lease, socket) = lane.lend(self.timeout).map_err(|waited| Error::Timeout {
-            op: first_op.clone(),
-            waited,
-        })?;
+        let (lease, socket) = lane
+            .lend(self.timeout.get())
+            .map_err(|waited| Error::Timeout {
+                op: first_op.clone(),
+                waited,
+            })?;
         let mut inner = match socket {
             Some(inner) => inner,
             None => Inner {
@@ -383,7 +386,8 @@ impl Handle {
             (r.msg, r.kind, ctx)
         });
         let mut timed_out = false;
-        let outcome = Exchange::new(sock, self.family, seq).run_decoded(
+        let outcome = Exchange::new(sock, seq).run_decoded(
+            self.family,
             reqs,
             |ctx, body| decode(ctx.index, body),
             |_, ctx, reply| {
@@ -401,7 +405,7 @@ impl Handle {
             // A send that found no room in the buffer within the timeout.
             std::io::ErrorKind::WouldBlock => Error::Timeout {
                 op: first_op,
-                waited: self.timeout,
+                waited: self.timeout.get(),
             },
             _ => Error::io(Operation::Exchange, e),
         })
@@ -450,12 +454,9 @@ impl Handle {
 }
 
 /// Opens one of the handle's sockets, with the handle's timeout.
-fn open_socket(netns: &PinnedNetNs, dumps: DumpSize, timeout: Duration) -> Result<GenlSocket> {
-    let mut sock = GenlSocket::open_with(&NetNs::from(netns), dumps)
-        .map_err(|e| Error::io(Operation::OpenSocket, e))?;
-    sock.set_timeout(timeout)
-        .map_err(|e| Error::io(Operation::OpenSocket, e))?;
-    Ok(sock)
+fn open_socket(netns: &PinnedNetNs, dumps: DumpSize, timeout: Timeout) -> Result<NlSocket> {
+    NlSocket::open(&NetNs::from(netns), Protocol::Generic, dumps, timeout)
+        .map_err(|e| Error::io(Operation::OpenSocket, e))
 }
 
 /// What is kept of a request while it is in flight: enough to explain its

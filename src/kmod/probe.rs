@@ -13,10 +13,11 @@ use super::child::check_timeout;
 use super::error::KmodError;
 use super::name::ModuleName;
 use super::report::FamilyInfo;
+use crate::Timeout;
 use crate::codec::request;
 use crate::model::{AddressFamily, Scheduler, ServiceKey, VirtualServer};
 use crate::netlink::netns::NetNs;
-use crate::netlink::{Exchange, Failure, GenlSocket, Kind};
+use crate::netlink::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol};
 
 /// The name IPVS registers its generic netlink family under.
 pub const IPVS_FAMILY: &str = "IPVS";
@@ -62,9 +63,10 @@ pub fn resolve_family(name: &str) -> Result<Option<FamilyInfo>, KmodError> {
     resolve_on(&mut socket, name)
 }
 
-fn resolve_on(socket: &mut GenlSocket, name: &str) -> Result<Option<FamilyInfo>, KmodError> {
-    let found = socket
-        .resolve_family(name, 1)
+fn resolve_on(socket: &mut NlSocket, name: &str) -> Result<Option<FamilyInfo>, KmodError> {
+    let mut seq = 0;
+    let found = Exchange::new(socket, &mut seq)
+        .resolve_family(name)
         .map_err(|source| KmodError::Netlink {
             during: "CTRL_CMD_GETFAMILY",
             source,
@@ -72,8 +74,14 @@ fn resolve_on(socket: &mut GenlSocket, name: &str) -> Result<Option<FamilyInfo>,
     Ok(found.map(|f| FamilyInfo::new(name, f.id, f.version)))
 }
 
-fn open() -> Result<GenlSocket, KmodError> {
-    GenlSocket::open(&NetNs::Current).map_err(|source| KmodError::Netlink {
+fn open() -> Result<NlSocket, KmodError> {
+    NlSocket::open(
+        &NetNs::Current,
+        Protocol::Generic,
+        DumpSize::Large,
+        Timeout::HANDLE_DEFAULT,
+    )
+    .map_err(|source| KmodError::Netlink {
         during: "socket",
         source,
     })
@@ -259,8 +267,8 @@ fn probe_scheduler_here(scheduler: &str) -> Result<SchedulerProbe, KmodError> {
     ];
     let mut errnos = [0i32; 2];
     let mut seq = 1;
-    Exchange::new(&mut socket, family.id, &mut seq)
-        .run(requests, |i, (), reply| {
+    Exchange::new(&mut socket, &mut seq)
+        .run(family.id, requests, |i, (), reply| {
             errnos[i] = match reply.result {
                 Ok(()) => 0,
                 Err(Failure::Kernel(e)) => e.errno(),

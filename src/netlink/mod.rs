@@ -1,26 +1,29 @@
-//! The socket layer: generic-netlink family resolution, sequence numbers,
-//! batching, dumps and network namespaces. Thin by design: it moves bytes
-//! that [`crate::codec`] builds and parses.
+//! The transport: one netlink socket type for generic netlink (IPVS) and
+//! rtnetlink (VIP devices, node IPs), one sans-IO request pipeline, and one
+//! driver between them; plus network namespaces. Thin by design: it moves
+//! bytes that [`crate::codec`] builds and parses.
 //!
-//! # Stability: a low-level layer
+//! * [`netns`] — network namespaces (public: [`netns::NetNs`] is what the
+//!   high-level API takes);
+//! * `socket` — the socket ([`NlSocket`](crate::unstable::NlSocket) with
+//!   feature `unstable`): opened for a protocol in any namespace,
+//!   connected to the kernel, buffers sized, and the receive-deadline rule;
+//! * `pipeline` — the sans-IO state machine every request goes through:
+//!   packing, quiet ACKs, overruns, cut datagrams, duplicates and stale
+//!   answers, foreign senders, interrupted dumps, silence;
+//! * `exchange` — the driver: sends what the pipeline fills, feeds it what
+//!   each receive got, and gives every receive only the time left before
+//!   the pipeline's deadline.
 //!
-//! [`crate::Handle`] is built on this module and is what most users need;
-//! [`netns::NetNs`] (also at the crate root) is the only part the
-//! high-level API takes. The rest is public for tools that drive a socket
-//! themselves (tests, capture programs) and follows the crate's own
-//! versioning with one exception: [`netns::socket_in`] returns a
-//! `netlink_sys::Socket`, so its signature follows whatever netlink-sys
-//! version this crate depends on and may change in a minor release when
-//! that dependency is updated.
+//! Only [`netns`] is public API. The socket, the pipeline and the driver
+//! are the crate's own; tools and tests that drive them directly get them
+//! from [`crate::unstable`] (feature `unstable`), outside semver.
 
-mod exchange;
+pub(crate) mod exchange;
 pub mod netns;
-pub mod pipeline;
-pub(crate) mod route;
-mod socket;
+pub(crate) mod pipeline;
+pub(crate) mod socket;
 
-pub use exchange::Exchange;
-pub(crate) use exchange::drive;
-pub use pipeline::{Failure, Kind, Reply};
-pub use socket::{DEFAULT_TIMEOUT, Datagram, DumpSize, GenlSocket};
-pub(crate) use socket::{connect_to_kernel, from_kernel};
+pub(crate) use exchange::{Exchange, drive};
+pub(crate) use pipeline::{Failure, Kind, Reply};
+pub(crate) use socket::{DumpSize, NlSocket, Protocol};

@@ -27,14 +27,22 @@
 //!   and datagrams from a sender other than the kernel are dropped and
 //!   counted.
 //! * **Silence.** A datagram whose answers stop for longer than the timeout
-//!   ends with [`Failure::TimedOut`] for every request still open.
+//!   ends with [`Failure::TimedOut`] for every request still open; the
+//!   driver gives every receive only the time left before that deadline
+//!   ([`Pipeline::deadline`]).
+//! * **Interrupted dumps.** An answer with a message flagged
+//!   `NLM_F_DUMP_INTR` (rtnetlink's sign that the table changed during the
+//!   dump) is reported as such ([`Reply::interrupted`]); asking again is the
+//!   caller's choice.
 //!
 //! Every request pushed gets exactly one outcome, in the order pushed.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NlError};
+use crate::codec::frame::{
+    self, FrameBody, FrameHeader, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NlError,
+};
 use crate::codec::{DecodeError, IpvsMessage};
 
 /// How a request is answered.
@@ -109,6 +117,11 @@ pub struct Reply<D = IpvsMessage> {
     /// than one datagram was produced in several passes of the kernel's dump
     /// callback, and is not a snapshot.
     pub datagrams: usize,
+    /// The kernel flagged the answer `NLM_F_DUMP_INTR`: what it dumped
+    /// changed while it was being dumped (an rtnetlink dump of links or
+    /// addresses), so the data may miss or repeat entries and the dump is
+    /// to be asked again.
+    pub interrupted: bool,
     /// Outcome.
     pub result: Result<(), Failure>,
 }
@@ -161,6 +174,8 @@ struct Pending<T, D> {
     decode_error: Option<DecodeError>,
     /// A datagram of this answer was cut off: its data is incomplete.
     truncated: bool,
+    /// A message of this answer carried `NLM_F_DUMP_INTR`.
+    interrupted: bool,
     done: Option<Result<(), Failure>>,
 }
 
@@ -174,6 +189,7 @@ impl<T, D> Pending<T, D> {
             last_datagram: 0,
             decode_error: None,
             truncated: false,
+            interrupted: false,
             done: None,
         }
     }
@@ -190,6 +206,7 @@ impl<T, D> Pending<T, D> {
         let reply = Reply {
             data: self.data,
             datagrams: self.datagrams,
+            interrupted: self.interrupted,
             result,
         };
         (self.tag, reply)
@@ -689,7 +706,7 @@ impl<T, D> Pipeline<T, D> {
         now: Instant,
         bytes: &[u8],
         sender: u32,
-        decode: &mut impl FnMut(&T, &[u8]) -> Result<D, DecodeError>,
+        decode: &mut impl FnMut(&T, u16, &[u8]) -> Result<D, DecodeError>,
     ) {
         if sender != 0 {
             self.dropped_foreign += 1;
@@ -718,17 +735,18 @@ impl<T, D> Pipeline<T, D> {
             if f.header.port != 0 && f.header.port != self.fill.limits.port {
                 continue; // not an answer to this socket's requests
             }
-            self.on_frame(f.header.seq, f.body, decode);
+            self.on_frame(f.header, f.body, decode);
         }
         self.check_done();
     }
 
     fn on_frame(
         &mut self,
-        seq: u32,
+        header: FrameHeader,
         body: FrameBody<'_>,
-        decode: &mut impl FnMut(&T, &[u8]) -> Result<D, DecodeError>,
+        decode: &mut impl FnMut(&T, u16, &[u8]) -> Result<D, DecodeError>,
     ) {
+        let seq = header.seq;
         let slot = seq.wrapping_sub(self.first_seq) as usize;
         if slot >= self.pending.len() {
             return; // a stale answer to an abandoned exchange
@@ -757,6 +775,7 @@ impl<T, D> Pipeline<T, D> {
         if p.done.is_some() {
             return; // a duplicate, or late after the request was settled
         }
+        p.interrupted |= header.flags & NLM_F_DUMP_INTR != 0;
         let finished = match (body, p.kind) {
             (FrameBody::Data(body), _) => {
                 if p.last_datagram != received {
@@ -764,7 +783,7 @@ impl<T, D> Pipeline<T, D> {
                     p.datagrams += 1;
                 }
                 if p.decode_error.is_none() && !p.truncated {
-                    match decode(&p.tag, body) {
+                    match decode(&p.tag, header.kind, body) {
                         Ok(m) => p.data.push(m),
                         Err(e) => p.decode_error = Some(e),
                     }

@@ -1,28 +1,67 @@
 //! The I/O part of the resolver: one `RTM_GETLINK` dump and one
-//! `RTM_GETADDR` dump over the crate's rtnetlink socket
-//! ([`RouteSocket`]), in any network namespace, every wait bounded.
+//! `RTM_GETADDR` dump, in any network namespace, through the crate's one
+//! request pipeline (so overruns, cut datagrams, foreign senders, stale
+//! answers and the receive deadline are handled as for IPVS), decoded by
+//! the codec's link and address decoders ([`crate::codec::route`]).
 
 use std::io;
-use std::time::Duration;
 
-use netlink_packet_core::{
-    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
-};
-use netlink_packet_route::address::AddressMessage;
-use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-
-use super::decode::{self, OnMessage, RTM_NEWADDR, RTM_NEWLINK};
 use super::error::NodeIpsError;
 use super::options::{Family, Options};
-use super::records::{AddressRecord, LinkRecord, Records};
+use super::records::{AddressFlags, AddressRecord, InterfaceFlags, LinkRecord, Records};
+use crate::Timeout;
+use crate::codec::DecodeError;
+use crate::codec::route::{self, DumpFamily, RTM_NEWADDR, RTM_NEWLINK, RouteRequest};
 use crate::netlink::netns::NetNs;
-use crate::netlink::route::{Received, RecvError, RouteSocket, check_timeout};
-/// How many times a dump is retried when the kernel flags it inconsistent.
+use crate::netlink::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol, Reply};
+
+/// How many times a dump is asked for before its failure is reported, when
+/// the kernel flags it interrupted by concurrent changes, its answer was
+/// cut or its answers were dropped.
 const MAX_ATTEMPTS: u32 = 5;
 
 const LINK_DUMP: &str = "link dump";
 const ADDRESS_DUMP: &str = "address dump";
+
+/// An rtnetlink socket with its request numbering: what the node-IP dumps
+/// and [`crate::vip`] run their exchanges on.
+#[derive(Debug)]
+pub(crate) struct Rtnl {
+    sock: NlSocket,
+    seq: u32,
+}
+
+impl Rtnl {
+    /// Opens an rtnetlink socket in `netns` whose waits end after `timeout`
+    /// of silence.
+    pub(crate) fn open(netns: &NetNs, timeout: Timeout) -> io::Result<Rtnl> {
+        Ok(Rtnl {
+            sock: NlSocket::open(netns, Protocol::Route, DumpSize::Large, timeout)?,
+            seq: 0,
+        })
+    }
+
+    /// Runs `requests` through the pipeline (see [`Exchange`]); each data
+    /// message goes to `decode(type, payload)`, each outcome to `on_reply`
+    /// in order.
+    pub(crate) fn run<T, D>(
+        &mut self,
+        requests: impl IntoIterator<Item = (RouteRequest, Kind, T)>,
+        mut decode: impl FnMut(&T, u16, &[u8]) -> Result<D, DecodeError>,
+        on_reply: impl FnMut(usize, T, Reply<D>),
+    ) -> io::Result<()> {
+        let write = |request: &RouteRequest, out: &mut Vec<u8>, seq, flags| {
+            request.write(out, seq, flags);
+            Ok(())
+        };
+        Exchange::new(&mut self.sock, &mut self.seq).run_with(
+            requests,
+            write,
+            |tag, kind, body| decode(tag, kind, body),
+            on_reply,
+        )
+    }
+}
 
 /// Dumps every interface and every address of [`Options::family`] in
 /// [`Options::netns`]: exactly one `RTM_GETLINK` dump and one `RTM_GETADDR`
@@ -47,175 +86,123 @@ pub fn dump_records(opts: &Options) -> Result<Records, NodeIpsError> {
 pub(crate) fn dump_records_within(
     netns: &NetNs,
     family: Family,
-    timeout: Duration,
+    timeout: Timeout,
 ) -> Result<Records, NodeIpsError> {
-    let mut rtnl = open(netns, timeout)?;
+    let mut rtnl = Rtnl::open(netns, timeout).map_err(NodeIpsError::Socket)?;
     Ok(Records {
         links: dump_links(&mut rtnl)?,
         addresses: dump_addresses(&mut rtnl, family)?,
     })
 }
 
-/// Opens the rtnetlink socket the dumps run on (see [`RouteSocket`]).
-pub(crate) fn open(netns: &NetNs, timeout: Duration) -> Result<RouteSocket, NodeIpsError> {
-    if let Some(reason) = check_timeout(timeout) {
-        return Err(NodeIpsError::InvalidOption {
-            option: "timeout",
-            reason,
-        });
-    }
-    RouteSocket::open(netns, timeout).map_err(NodeIpsError::Socket)
-}
-
 /// One `RTM_GETLINK` dump, without statistics.
-fn dump_links(rtnl: &mut RouteSocket) -> Result<Vec<LinkRecord>, NodeIpsError> {
-    let mut links = LinkMessage::default();
-    // Interface statistics are the bulk of a link message; they are not needed.
-    links
-        .attributes
-        .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
-    dump(
-        rtnl,
-        RouteNetlinkMessage::GetLink(links),
-        LINK_DUMP,
-        |msg_type, payload| {
-            if msg_type == RTM_NEWLINK {
-                decode::decode_link(payload).map(Some)
-            } else {
-                Ok(None)
-            }
-        },
-    )
+fn dump_links(rtnl: &mut Rtnl) -> Result<Vec<LinkRecord>, NodeIpsError> {
+    dump(rtnl, route::dump_links(), LINK_DUMP, |kind, payload| {
+        if kind != RTM_NEWLINK {
+            return Ok(None);
+        }
+        let link = route::link::decode(payload)?;
+        Ok(Some(LinkRecord {
+            index: link.index,
+            name: link.name,
+            flags: InterfaceFlags::from_bits_retain(link.flags),
+        }))
+    })
 }
 
 /// One `RTM_GETADDR` dump of `family`, every interface's addresses.
 pub(crate) fn dump_addresses(
-    rtnl: &mut RouteSocket,
+    rtnl: &mut Rtnl,
     family: Family,
 ) -> Result<Vec<AddressRecord>, NodeIpsError> {
-    let mut addrs = AddressMessage::default();
-    addrs.header.family = match family {
-        Family::V4 => AddressFamily::Inet,
-        Family::V6 => AddressFamily::Inet6,
-        Family::Both => AddressFamily::Unspec,
+    let family = match family {
+        Family::V4 => DumpFamily::V4,
+        Family::V6 => DumpFamily::V6,
+        Family::Both => DumpFamily::Both,
     };
-    dump(
-        rtnl,
-        RouteNetlinkMessage::GetAddress(addrs),
-        ADDRESS_DUMP,
-        |msg_type, payload| {
-            if msg_type == RTM_NEWADDR {
-                decode::decode_address(payload)
-            } else {
-                Ok(None)
-            }
-        },
-    )
+    let request = route::dump_addresses(family);
+    dump(rtnl, request, ADDRESS_DUMP, |kind, payload| {
+        if kind != RTM_NEWADDR {
+            return Ok(None);
+        }
+        Ok(route::address::decode(payload)?.map(|a| AddressRecord {
+            index: a.index,
+            prefix_len: a.prefix_len,
+            local: a.local,
+            address: a.address,
+            flags: AddressFlags::from_bits_retain(a.flags),
+        }))
+    })
 }
 
-/// Sends `request` as a dump and decodes every reply message with `decode`
-/// until `NLMSG_DONE`; returns what it kept. A dump that must be redone
-/// starts from an empty list.
+/// Runs `request` as a dump and keeps what `decode` makes of its messages.
+/// A dump that the kernel flags interrupted, whose answer was cut, or
+/// whose answers were dropped is asked again, up to [`MAX_ATTEMPTS`] times
+/// in all; each attempt starts from an empty list.
 fn dump<T>(
-    rtnl: &mut RouteSocket,
-    request: RouteNetlinkMessage,
+    rtnl: &mut Rtnl,
+    request: RouteRequest,
     what: &'static str,
-    decode: impl Fn(u16, &[u8]) -> Result<Option<T>, NodeIpsError>,
+    decode: impl Fn(u16, &[u8]) -> Result<Option<T>, DecodeError>,
 ) -> Result<Vec<T>, NodeIpsError> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(request));
-    message.finalize();
-    let mut bytes = vec![0; message.buffer_len()];
-    let mut interrupted = 0;
-    let mut truncated = 0;
+    let mut attempts = 0;
     loop {
-        message.header.sequence_number = rtnl.next_seq();
-        message.serialize(&mut bytes);
-        rtnl.send(&bytes).map_err(|source| NodeIpsError::Io {
+        attempts += 1;
+        let mut answer = None;
+        rtnl.run(
+            [(request.clone(), Kind::Dump, ())],
+            |(), kind, payload| decode(kind, payload),
+            |_, (), reply| answer = Some(reply),
+        )
+        .map_err(|source| NodeIpsError::Io {
             request: what,
             source,
         })?;
-
-        let mut items = Vec::new();
-        let mut keep = |msg_type: u16, payload: &[u8]| {
-            items.extend(decode(msg_type, payload)?);
-            Ok(())
+        let Some(reply) = answer else {
+            return Err(NodeIpsError::Io {
+                request: what,
+                source: io::Error::other("the dump got no outcome"),
+            });
         };
-        match receive(rtnl, what, &mut keep)? {
-            Outcome::Complete => return Ok(items),
-            Outcome::Interrupted => {
-                interrupted += 1;
-                if interrupted >= MAX_ATTEMPTS {
-                    return Err(NodeIpsError::DumpInterrupted {
-                        request: what,
-                        attempts: interrupted,
-                    });
-                }
+        let retry = match reply.result {
+            Ok(()) if !reply.interrupted => {
+                return Ok(reply.data.into_iter().flatten().collect());
             }
-            Outcome::Truncated(needed) => {
-                truncated += 1;
-                if truncated >= MAX_ATTEMPTS {
-                    return Err(NodeIpsError::Io {
-                        request: what,
-                        source: io::Error::other(
-                            "reply datagrams kept overflowing the receive buffer",
-                        ),
-                    });
-                }
-                // The rest of the abandoned dump is still queued on the old
-                // socket; a fresh socket starts clean.
-                rtnl.reopen().map_err(NodeIpsError::Socket)?;
-                rtnl.grow(needed);
+            Ok(()) => NodeIpsError::DumpInterrupted {
+                request: what,
+                attempts,
+            },
+            Err(Failure::Truncated) => NodeIpsError::Io {
+                request: what,
+                source: io::Error::other("reply datagrams kept overflowing the receive buffer"),
+            },
+            Err(Failure::Lost | Failure::Unanswered) => NodeIpsError::Io {
+                request: what,
+                source: io::Error::other(
+                    "the kernel kept dropping the answers (receive buffer overrun)",
+                ),
+            },
+            Err(Failure::Kernel(e)) => {
+                return Err(NodeIpsError::Kernel {
+                    request: what,
+                    source: io::Error::from_raw_os_error(e.errno()),
+                });
             }
-        }
-    }
-}
-
-/// Reads the datagrams of the current request until `NLMSG_DONE`.
-fn receive(
-    rtnl: &mut RouteSocket,
-    what: &'static str,
-    on_message: &mut OnMessage<'_>,
-) -> Result<Outcome, NodeIpsError> {
-    let mut interrupted = false;
-    let seq = rtnl.seq();
-    loop {
-        let datagram = match rtnl.recv() {
-            Ok(Received::Whole(datagram)) => datagram,
-            Ok(Received::Truncated(len)) => return Ok(Outcome::Truncated(len)),
-            Err(RecvError::TimedOut(waited)) => {
+            Err(Failure::Decode(e)) => {
+                return Err(NodeIpsError::Malformed {
+                    request: what,
+                    detail: e.to_string(),
+                });
+            }
+            Err(Failure::TimedOut { waited }) => {
                 return Err(NodeIpsError::Timeout {
                     request: what,
                     waited,
                 });
             }
-            Err(RecvError::Io(source)) => {
-                return Err(NodeIpsError::Io {
-                    request: what,
-                    source,
-                });
-            }
         };
-        let progress = decode::walk_datagram(datagram, seq, what, on_message)?;
-        interrupted |= progress.interrupted;
-        if progress.done {
-            return Ok(if interrupted {
-                Outcome::Interrupted
-            } else {
-                Outcome::Complete
-            });
+        if attempts >= MAX_ATTEMPTS {
+            return Err(retry);
         }
     }
-}
-
-/// How a dump ended.
-#[derive(Debug)]
-enum Outcome {
-    /// `NLMSG_DONE` seen, consistent.
-    Complete,
-    /// `NLMSG_DONE` seen, but `NLM_F_DUMP_INTR` was set on some message.
-    Interrupted,
-    /// A datagram of this many bytes did not fit the receive buffer.
-    Truncated(usize),
 }

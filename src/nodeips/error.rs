@@ -54,14 +54,6 @@ pub enum NodeIpsError {
         /// How long the receive waited.
         waited: Duration,
     },
-    /// An option was refused before anything was sent.
-    #[error("invalid node-IP option {option}: {reason}")]
-    InvalidOption {
-        /// The option (`timeout`).
-        option: &'static str,
-        /// Why it was refused.
-        reason: String,
-    },
     /// A reply could not be decoded.
     #[error("malformed rtnetlink {request} reply: {detail}")]
     Malformed {

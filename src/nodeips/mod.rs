@@ -41,7 +41,6 @@
 //!
 //! [`PinnedNetNs`]: crate::netlink::netns::PinnedNetNs
 
-mod decode;
 pub(crate) mod dump;
 mod error;
 mod filter;

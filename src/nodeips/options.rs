@@ -3,12 +3,11 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 
+use crate::Timeout;
 use crate::netlink::netns::{NetNs, PinnedNetNs};
-use crate::netlink::route::DEFAULT_TIMEOUT;
 
 /// The interface excluded by default: where kube-proxy (and
 /// [`crate::vip::VipDevice`] by default) binds service addresses. Its
@@ -127,7 +126,7 @@ pub struct Options {
     pub(crate) skip_deprecated: bool,
     pub(crate) require_running: bool,
     pub(crate) netns: NetNs,
-    pub(crate) timeout: Duration,
+    pub(crate) timeout: Timeout,
 }
 
 impl Default for Options {
@@ -141,7 +140,7 @@ impl Default for Options {
             skip_deprecated: false,
             require_running: false,
             netns: NetNs::default(),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: Timeout::ROUTE_DEFAULT,
         }
     }
 }
@@ -314,22 +313,23 @@ impl Options {
         self
     }
 
-    /// Wait at most `timeout` for each answer of the kernel (default 10 s;
-    /// from 1 ms to 1 h, else [`NodeIpsError::InvalidOption`] before anything
-    /// is sent). The kernel answers while it handles a request, so a wait
-    /// this long means it is stuck: [`NodeIpsError::Timeout`] names the dump
-    /// and the time waited.
+    /// Wait at most `timeout` for each answer of the kernel (default
+    /// [`Timeout::ROUTE_DEFAULT`], 10 s). The kernel answers while it
+    /// handles a request, so a wait this long means it is stuck:
+    /// [`NodeIpsError::Timeout`] names the dump and the time waited.
     ///
     /// ```
     /// use std::time::Duration;
+    /// use ipvsctl::Timeout;
     /// use ipvsctl::nodeips::Options;
-    /// let opts = Options::new().timeout(Duration::from_secs(2));
-    /// assert_eq!(opts.recv_timeout(), Duration::from_secs(2));
+    /// let two_seconds = Timeout::new(Duration::from_secs(2))?;
+    /// let opts = Options::new().timeout(two_seconds);
+    /// assert_eq!(opts.recv_timeout(), two_seconds);
+    /// # Ok::<(), ipvsctl::TimeoutError>(())
     /// ```
     ///
-    /// [`NodeIpsError::InvalidOption`]: super::NodeIpsError::InvalidOption
     /// [`NodeIpsError::Timeout`]: super::NodeIpsError::Timeout
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn timeout(mut self, timeout: Timeout) -> Self {
         self.timeout = timeout;
         self
     }
@@ -337,11 +337,11 @@ impl Options {
     /// The longest wait for the kernel these options allow.
     ///
     /// ```
-    /// use std::time::Duration;
+    /// use ipvsctl::Timeout;
     /// use ipvsctl::nodeips::Options;
-    /// assert_eq!(Options::new().recv_timeout(), Duration::from_secs(10));
+    /// assert_eq!(Options::new().recv_timeout(), Timeout::ROUTE_DEFAULT);
     /// ```
-    pub fn recv_timeout(&self) -> Duration {
+    pub fn recv_timeout(&self) -> Timeout {
         self.timeout
     }
 

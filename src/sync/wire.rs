@@ -28,7 +28,7 @@ use crate::codec::request;
 use crate::handle::outcome;
 use crate::netlink::Failure;
 use crate::netlink::pipeline::{Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged};
-use crate::netlink::{GenlSocket, drive};
+use crate::netlink::{DumpSize, NlSocket, Protocol, drive};
 use crate::{Error, Op};
 
 /// Appends one request for `op` with the header flags `flags`
@@ -71,7 +71,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32, flags: u
 /// The syncer's write socket.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    sock: GenlSocket,
+    sock: NlSocket,
     family: u16,
     seq: u32,
     /// The datagram buffer of small sends, kept across them (a sync of one
@@ -85,9 +85,13 @@ pub(crate) struct Writer {
 impl Writer {
     /// A write socket in the handle's namespace, with its timeout.
     pub(crate) fn open(handle: &crate::Handle) -> io::Result<Writer> {
-        let mut sock = GenlSocket::open(&handle.netns().into())?;
-        sock.set_timeout(handle.timeout())?;
-        let small = Pipeline::new(1, limits(&sock, false), sock.timeout());
+        let sock = NlSocket::open(
+            &handle.netns().into(),
+            Protocol::Generic,
+            DumpSize::Large,
+            handle.timeout(),
+        )?;
+        let small = Pipeline::new(1, limits(&sock, false), sock.timeout().get());
         Ok(Writer {
             sock,
             family: handle.family_id(),
@@ -120,7 +124,7 @@ impl Writer {
         let (max_batch, max_send) = (limits.max_batch, limits.max_send);
         let family = self.family;
         let first_seq = self.seq.wrapping_add(1);
-        let timeout = self.sock.timeout();
+        let timeout = self.sock.timeout().get();
         let sock = &mut self.sock;
         let mut timed_out = false;
         let mut on_reply = |index: usize, reply: Reply<()>| {
@@ -142,7 +146,7 @@ impl Writer {
                 if !pipe.seal(buf) {
                     break;
                 }
-                outcome = drive(sock, pipe, buf, &mut |_, _| Ok(()));
+                outcome = drive(sock, pipe, buf, &mut |_, _, _| Ok(()));
                 while let Some((index, reply)) = pipe.poll_outcome() {
                     on_reply(index, reply);
                 }
@@ -192,7 +196,7 @@ impl Writer {
                                 "the request pipeline refused a datagram",
                             ));
                         }
-                        drive(sock, pipe, &buf, &mut |_, _| Ok(()))?;
+                        drive(sock, pipe, &buf, &mut |_, _, _| Ok(()))?;
                         let gone = outcomes_tx.send(pipe.take_outcomes()).is_err();
                         // Kept for a later datagram when the encoder wants it.
                         let _ = spent_tx.try_send(buf);
@@ -248,7 +252,7 @@ pub(crate) struct Sent {
 
 /// How `sock` packs a datagram: one request per datagram `one_by_one`,
 /// otherwise as many as its buffers allow.
-fn limits(sock: &GenlSocket, one_by_one: bool) -> Limits {
+fn limits(sock: &NlSocket, one_by_one: bool) -> Limits {
     Limits {
         port: sock.port(),
         max_send: sock.max_send(),

@@ -30,12 +30,6 @@ pub enum VipError {
         /// Why it is refused.
         reason: &'static str,
     },
-    /// The receive timeout is out of range.
-    #[error("invalid VIP timeout: {reason}")]
-    InvalidTimeout {
-        /// Why it is refused.
-        reason: String,
-    },
     /// An interface of that name exists and is not a dummy: it is left
     /// alone.
     #[error(

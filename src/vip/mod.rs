@@ -13,8 +13,15 @@
 //! [`VipReport`] says what was added and removed, and which changes the
 //! kernel refused.
 //!
-//! Every wait for the kernel is bounded ([`VipDevice::timeout`], 10 s by
-//! default). [`crate::nodeips`] skips `kube-ipvs0` ([`DEFAULT_DEVICE`]) by
+//! Every change is accounted for. The changes go through the crate's one
+//! request pipeline, so when the kernel drops answers (a receive-buffer
+//! overrun), the changes whose answers were lost are not taken as done nor
+//! abandoned: the device's addresses are read again, and each such change
+//! is added or removed if the device shows it so, otherwise failed with
+//! `ENOBUFS` and a message saying what the re-read found.
+//!
+//! Every wait for the kernel is bounded ([`VipDevice::timeout`],
+//! [`Timeout::ROUTE_DEFAULT`] by default). [`crate::nodeips`] skips `kube-ipvs0` ([`DEFAULT_DEVICE`]) by
 //! default; exclude any other device name explicitly.
 //!
 //! ```no_run
@@ -47,17 +54,15 @@ mod error;
 mod ops;
 mod plan;
 mod report;
-mod wire;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 
 use crate::netlink::netns::{NetNs, PinnedNetNs};
-use crate::netlink::route::DEFAULT_TIMEOUT;
 use crate::nodeips;
+use crate::Timeout;
 
 pub use error::{AddressFailure, Change, VipError};
 use ops::errno_error;
@@ -68,16 +73,12 @@ pub const DEFAULT_DEVICE: &str = nodeips::DEFAULT_EXCLUDED;
 
 /// The longest Linux interface name (`IFNAMSIZ` less the NUL).
 const MAX_NAME_LEN: usize = 15;
-/// How many address changes go in one datagram. All their ACKs queue on the
-/// socket before the first is read: 128 of them (each charged at most about
-/// 1.5 KiB) fit even the default receive buffer (`rmem_default`, 208 KiB)
-/// when the larger one asked for is not granted.
-const BATCH: usize = 128;
-/// `ENODEV`, `EEXIST`, `EADDRNOTAVAIL`: no such device, exists already, no
-/// such address.
+/// `ENODEV`, `EEXIST`, `EADDRNOTAVAIL`, `ENOBUFS`: no such device, exists
+/// already, no such address, answers dropped.
 const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const EADDRNOTAVAIL: i32 = 99;
+const ENOBUFS: i32 = 105;
 
 const READ_DEVICE: &str = "read the device";
 const CREATE_DEVICE: &str = "create the dummy device";
@@ -91,7 +92,7 @@ const CHANGE_ADDRESSES: &str = "change the addresses";
 pub struct VipDevice {
     name: String,
     netns: NetNs,
-    timeout: Duration,
+    timeout: Timeout,
 }
 
 impl VipDevice {
@@ -130,7 +131,7 @@ impl VipDevice {
         Ok(VipDevice {
             name,
             netns: NetNs::Current,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: Timeout::ROUTE_DEFAULT,
         })
     }
 
@@ -153,18 +154,19 @@ impl VipDevice {
         self
     }
 
-    /// Waits at most `timeout` for each answer of the kernel (default 10 s;
-    /// 1 ms to 1 h, else [`VipError::InvalidTimeout`] before anything is
-    /// sent); a silent kernel is [`VipError::Timeout`].
+    /// Waits at most `timeout` for each answer of the kernel (default
+    /// [`Timeout::ROUTE_DEFAULT`], 10 s); a silent kernel is
+    /// [`VipError::Timeout`].
     ///
     /// ```
     /// use std::time::Duration;
+    /// use ipvsctl::Timeout;
     /// use ipvsctl::vip::VipDevice;
-    /// let device = VipDevice::new("kube-ipvs0")?.timeout(Duration::from_secs(2));
+    /// let device = VipDevice::new("kube-ipvs0")?.timeout(Timeout::new(Duration::from_secs(2))?);
     /// # drop(device);
-    /// # Ok::<(), ipvsctl::vip::VipError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn timeout(mut self, timeout: Timeout) -> Self {
         self.timeout = timeout;
         self
     }
@@ -187,7 +189,9 @@ impl VipDevice {
     /// unspecified, multicast, loopback, broadcast, IPv6 link-local). An
     /// interface of that name that is not a dummy is refused and left alone
     /// ([`VipError::NotDummy`]). Address changes the kernel refuses are in
-    /// [`VipReport::failed`]; the other changes still go through.
+    /// [`VipReport::failed`]; the other changes still go through. A change
+    /// whose answer the kernel dropped is settled by reading the device
+    /// again (see the [module documentation](self)).
     pub fn converge<I>(&self, vips: I) -> Result<VipReport, VipError>
     where
         I: IntoIterator<Item = IpAddr>,
@@ -217,9 +221,7 @@ impl VipDevice {
             .map(|n| (Change::Remove, *n))
             .chain(changes.add.iter().map(|n| (Change::Add, *n)))
             .collect();
-        for batch in ops.chunks(BATCH) {
-            self.apply(&mut rtnl, link.index, batch, &mut report)?;
-        }
+        self.apply(&mut rtnl, link.index, &ops, &mut report)?;
         Ok(report)
     }
 

@@ -1,6 +1,6 @@
-//! The I/O of [`VipDevice`]: the device request, the address dump, and the
-//! pipelined exchange of requests and ACKs over the crate's rtnetlink
-//! socket.
+//! The I/O of [`VipDevice`]: the device requests, the address dump, and the
+//! address changes, all through the crate's one request pipeline on an
+//! rtnetlink socket ([`Rtnl`]).
 
 use std::io;
 
@@ -9,22 +9,19 @@ use ipnetwork::IpNetwork;
 use super::error::{AddressFailure, Change, VipError};
 use super::report::VipReport;
 use super::{
-    BRING_UP, CHANGE_ADDRESSES, CREATE_DEVICE, EADDRNOTAVAIL, EEXIST, ENODEV, READ_DEVICE,
-    VipDevice, wire,
+    BRING_UP, CHANGE_ADDRESSES, CREATE_DEVICE, EADDRNOTAVAIL, EEXIST, ENOBUFS, ENODEV, READ_DEVICE,
+    VipDevice,
 };
-use crate::codec::frame::{self, FrameBody, NlError};
-use crate::netlink::route::{Received, RecvError, RouteSocket, check_timeout};
-use crate::nodeips::{self, Family};
-
-/// Receives each data message of an answer: its type and payload.
-type OnData<'a> = dyn FnMut(u16, &[u8]) -> Result<(), VipError> + 'a;
+use crate::codec::DecodeError;
+use crate::codec::frame::NlError;
+use crate::codec::route::{self, RTM_NEWLINK, RouteRequest, link::Link};
+use crate::netlink::{Failure, Kind, Reply};
+use crate::nodeips::Family;
+use crate::nodeips::dump::{Rtnl, dump_addresses};
 
 impl VipDevice {
-    pub(super) fn open(&self) -> Result<RouteSocket, VipError> {
-        if let Some(reason) = check_timeout(self.timeout) {
-            return Err(VipError::InvalidTimeout { reason });
-        }
-        RouteSocket::open(&self.netns, self.timeout).map_err(|source| VipError::Socket {
+    pub(super) fn open(&self) -> Result<Rtnl, VipError> {
+        Rtnl::open(&self.netns, self.timeout).map_err(|source| VipError::Socket {
             device: self.name.clone(),
             source,
         })
@@ -32,32 +29,26 @@ impl VipDevice {
 
     /// The device as a dummy that is up, created if missing; whether it was
     /// created, whether it was brought up.
-    pub(super) fn ensure(
-        &self,
-        rtnl: &mut RouteSocket,
-    ) -> Result<(wire::Link, bool, bool), VipError> {
+    pub(super) fn ensure(&self, rtnl: &mut Rtnl) -> Result<(Link, bool, bool), VipError> {
         if let Some(link) = self.get_link(rtnl)? {
             let link = self.check_dummy(link)?;
-            if link.flags & wire::IFF_UP != 0 {
+            if link.flags & route::link::IFF_UP != 0 {
                 return Ok((link, false, false));
             }
             self.bring_up(rtnl, link.index)?;
             return Ok((link, false, true));
         }
-        let mut bytes = Vec::new();
-        let seq = rtnl.next_seq();
-        wire::create_dummy(&mut bytes, seq, &self.name);
-        let created = match self.request(rtnl, &bytes, seq, CREATE_DEVICE, &mut |_, _| Ok(()))? {
-            None => true,
+        let created = match self.request(rtnl, route::create_dummy(&self.name), CREATE_DEVICE)? {
+            Ok(_) => true,
             // Created by someone else since the lookup: check it as found.
-            Some(err) if err.errno() == EEXIST => false,
-            Some(err) => return Err(self.kernel(CREATE_DEVICE, &err)),
+            Err(err) if err.errno() == EEXIST => false,
+            Err(err) => return Err(self.kernel(CREATE_DEVICE, &err)),
         };
         let link = self
             .get_link(rtnl)?
             .ok_or_else(|| self.kernel(READ_DEVICE, &errno_error(ENODEV)))?;
         let link = self.check_dummy(link)?;
-        if !created && link.flags & wire::IFF_UP == 0 {
+        if !created && link.flags & route::link::IFF_UP == 0 {
             // Someone else's fresh dummy of that name, still down.
             self.bring_up(rtnl, link.index)?;
             return Ok((link, false, true));
@@ -66,17 +57,14 @@ impl VipDevice {
     }
 
     /// Sets `IFF_UP` on interface `index`.
-    fn bring_up(&self, rtnl: &mut RouteSocket, index: u32) -> Result<(), VipError> {
-        let mut bytes = Vec::new();
-        let seq = rtnl.next_seq();
-        wire::set_up(&mut bytes, seq, index);
-        match self.request(rtnl, &bytes, seq, BRING_UP, &mut |_, _| Ok(()))? {
-            None => Ok(()),
-            Some(err) => Err(self.kernel(BRING_UP, &err)),
+    fn bring_up(&self, rtnl: &mut Rtnl, index: u32) -> Result<(), VipError> {
+        match self.request(rtnl, route::set_up(index), BRING_UP)? {
+            Ok(_) => Ok(()),
+            Err(err) => Err(self.kernel(BRING_UP, &err)),
         }
     }
 
-    pub(super) fn check_dummy(&self, link: wire::Link) -> Result<wire::Link, VipError> {
+    pub(super) fn check_dummy(&self, link: Link) -> Result<Link, VipError> {
         if link.kind.as_deref() == Some("dummy") {
             Ok(link)
         } else {
@@ -88,39 +76,23 @@ impl VipDevice {
     }
 
     /// The device's link message, `None` when there is no such device.
-    pub(super) fn get_link(&self, rtnl: &mut RouteSocket) -> Result<Option<wire::Link>, VipError> {
-        let mut bytes = Vec::new();
-        let seq = rtnl.next_seq();
-        wire::get_link(&mut bytes, seq, &self.name);
-        let mut found = None;
-        let answer = self.request(rtnl, &bytes, seq, READ_DEVICE, &mut |kind, payload| {
-            if kind == wire::RTM_NEWLINK {
-                found = Some(wire::decode_link(payload).map_err(|detail| VipError::Io {
-                    device: self.name.clone(),
-                    request: READ_DEVICE,
-                    source: io::Error::other(format!("malformed link message: {detail}")),
-                })?);
-            }
-            Ok(())
-        })?;
-        match answer {
-            None => Ok(found.filter(|link| link.name == self.name)),
-            Some(err) if err.errno() == ENODEV => Ok(None),
-            Some(err) => Err(self.kernel(READ_DEVICE, &err)),
+    pub(super) fn get_link(&self, rtnl: &mut Rtnl) -> Result<Option<Link>, VipError> {
+        match self.request(rtnl, route::get_link(&self.name), READ_DEVICE)? {
+            Ok(links) => Ok(links
+                .into_iter()
+                .flatten()
+                .find(|link| link.name == self.name)),
+            Err(err) if err.errno() == ENODEV => Ok(None),
+            Err(err) => Err(self.kernel(READ_DEVICE, &err)),
         }
     }
 
     /// The addresses on interface `index`, from one address dump.
-    pub(super) fn read(
-        &self,
-        rtnl: &mut RouteSocket,
-        index: u32,
-    ) -> Result<Vec<IpNetwork>, VipError> {
-        let records =
-            nodeips::dump::dump_addresses(rtnl, Family::Both).map_err(|source| VipError::Read {
-                device: self.name.clone(),
-                source,
-            })?;
+    pub(super) fn read(&self, rtnl: &mut Rtnl, index: u32) -> Result<Vec<IpNetwork>, VipError> {
+        let records = dump_addresses(rtnl, Family::Both).map_err(|source| VipError::Read {
+            device: self.name.clone(),
+            source,
+        })?;
         Ok(records
             .iter()
             .filter(|r| r.index == index)
@@ -128,116 +100,150 @@ impl VipDevice {
             .collect())
     }
 
-    /// Sends one request and waits for its answer: `None` for an ACK, the
-    /// error otherwise. Data messages go to `on_data`.
-    pub(super) fn request(
+    /// Sends one request and waits for its answer: its link messages when
+    /// the kernel accepted it, the kernel's error otherwise. An answer the
+    /// kernel never gave, or gave unreadable, is an error of its own.
+    fn request(
         &self,
-        rtnl: &mut RouteSocket,
-        bytes: &[u8],
-        seq: u32,
+        rtnl: &mut Rtnl,
+        request: RouteRequest,
         what: &'static str,
-        on_data: &mut OnData<'_>,
-    ) -> Result<Option<NlError>, VipError> {
-        let mut answers = self.exchange(rtnl, bytes, seq, 1, what, on_data)?;
-        Ok(answers.pop().flatten())
-    }
-
-    /// Sends `count` requests (sequence numbers `first..first + count`) in
-    /// one datagram and waits for the answer to each.
-    pub(super) fn exchange(
-        &self,
-        rtnl: &mut RouteSocket,
-        bytes: &[u8],
-        first: u32,
-        count: usize,
-        what: &'static str,
-        on_data: &mut OnData<'_>,
-    ) -> Result<Vec<Option<NlError>>, VipError> {
-        rtnl.send(bytes).map_err(|source| self.io(what, source))?;
-        let mut answers: Vec<Option<Option<NlError>>> = vec![None; count];
-        let mut pending = count;
-        while pending > 0 {
-            let datagram = match rtnl.recv() {
-                Ok(Received::Whole(d)) => d,
-                Ok(Received::Truncated(len)) => {
-                    return Err(self.io(
-                        what,
-                        io::Error::other(format!("a reply of {len} bytes did not fit")),
-                    ));
-                }
-                Err(RecvError::TimedOut(waited)) => {
-                    return Err(VipError::Timeout {
-                        device: self.name.clone(),
-                        request: what,
-                        waited,
-                    });
-                }
-                Err(RecvError::Io(source)) => return Err(self.io(what, source)),
-            };
-            for f in frame::frames(datagram) {
-                let f = f.map_err(|e| self.io(what, io::Error::other(e.to_string())))?;
-                let slot = f.header.seq.wrapping_sub(first) as usize;
-                let Some(answer) = answers.get_mut(slot) else {
-                    continue;
-                };
-                match f.body {
-                    FrameBody::Error(err) => {
-                        if answer.is_none() {
-                            pending -= 1;
-                        }
-                        *answer = Some((!err.is_ack()).then_some(err));
-                    }
-                    FrameBody::Data(payload) => on_data(f.header.kind, payload)?,
-                    _ => {}
-                }
-            }
+    ) -> Result<Result<Vec<Option<Link>>, NlError>, VipError> {
+        let mut answer = None;
+        rtnl.run(
+            [(request, Kind::Ack, ())],
+            |(), kind, payload| decode_link(kind, payload),
+            |_, (), reply| answer = Some(reply),
+        )
+        .map_err(|source| self.io(what, source))?;
+        let reply = answer.ok_or_else(|| self.io(what, io::Error::other("no outcome")))?;
+        match reply.result {
+            Ok(()) => Ok(Ok(reply.data)),
+            Err(Failure::Kernel(err)) => Ok(Err(err)),
+            Err(failure) => Err(self.unanswered(what, failure)),
         }
-        Ok(answers.into_iter().map(Option::flatten).collect())
     }
 
-    /// One datagram of address changes; the report gets each outcome.
+    /// Sends the address changes of `changes`, pipelined, and puts each
+    /// outcome in the report. A change whose answer the kernel dropped (a
+    /// receive-buffer overrun) is settled by reading the device's addresses
+    /// again: done if the device shows it done, failed otherwise.
     pub(super) fn apply(
         &self,
-        rtnl: &mut RouteSocket,
+        rtnl: &mut Rtnl,
         index: u32,
-        batch: &[(Change, IpNetwork)],
+        changes: &[(Change, IpNetwork)],
         report: &mut VipReport,
     ) -> Result<(), VipError> {
-        let mut bytes = Vec::new();
-        let first = rtnl.seq().wrapping_add(1);
-        for (change, net) in batch {
-            let seq = rtnl.next_seq();
-            match change {
-                Change::Add => wire::add_address(&mut bytes, seq, index, *net),
-                Change::Remove => wire::remove_address(&mut bytes, seq, index, *net),
-            }
-        }
-        let answers = self.exchange(
-            rtnl,
-            &bytes,
-            first,
-            batch.len(),
-            CHANGE_ADDRESSES,
-            &mut |_, _| Ok(()),
-        )?;
-        for ((change, net), answer) in batch.iter().zip(answers) {
-            match (change, answer) {
-                (Change::Add, None) => report.added.push(*net),
-                (Change::Remove, None) => report.removed.push(*net),
+        let requests = changes.iter().map(|(change, net)| {
+            let request = match change {
+                Change::Add => route::add_address(index, *net),
+                Change::Remove => route::remove_address(index, *net),
+            };
+            (request, Kind::Ack, (*change, *net))
+        });
+        let mut unknown = Vec::new();
+        let mut timed_out = None;
+        rtnl.run(
+            requests,
+            |_, _, _| Ok(()),
+            |_, (change, net), reply: Reply<()>| match reply.result {
+                Ok(()) => report.record(change, net),
                 // Gone already: what was wanted.
-                (Change::Remove, Some(err)) if err.errno() == EADDRNOTAVAIL => {
-                    report.removed.push(*net)
+                Err(Failure::Kernel(err))
+                    if change == Change::Remove && err.errno() == EADDRNOTAVAIL =>
+                {
+                    report.record(change, net)
                 }
-                (change, Some(err)) => report.failed.push(AddressFailure {
+                Err(Failure::Kernel(err)) => report.failed.push(AddressFailure {
                     device: self.name.clone(),
-                    change: *change,
-                    addr: *net,
+                    change,
+                    addr: net,
                     error: io::Error::from_raw_os_error(err.errno()),
                     message: err.message,
                 }),
-            }
+                Err(Failure::TimedOut { waited }) => {
+                    timed_out.get_or_insert(waited);
+                }
+                Err(_) => unknown.push((change, net)),
+            },
+        )
+        .map_err(|source| self.io(CHANGE_ADDRESSES, source))?;
+        if let Some(waited) = timed_out {
+            return Err(VipError::Timeout {
+                device: self.name.clone(),
+                request: CHANGE_ADDRESSES,
+                waited,
+            });
+        }
+        if !unknown.is_empty() {
+            self.settle(rtnl, index, &unknown, report);
         }
         Ok(())
+    }
+
+    /// Settles changes whose answers were dropped by what the device holds
+    /// now: an add whose address is there and a remove whose address is gone
+    /// are done; the others failed, and so do all of them if the device
+    /// cannot be read.
+    fn settle(
+        &self,
+        rtnl: &mut Rtnl,
+        index: u32,
+        unknown: &[(Change, IpNetwork)],
+        report: &mut VipReport,
+    ) {
+        let held = self.read(rtnl, index);
+        for &(change, net) in unknown {
+            let (done, message) = match &held {
+                Ok(held) => (
+                    held.contains(&net) == (change == Change::Add),
+                    format!(
+                        "the kernel's answer was dropped (receive buffer overrun); the device \
+                         read afterwards {} it",
+                        if change == Change::Add {
+                            "does not hold"
+                        } else {
+                            "still holds"
+                        }
+                    ),
+                ),
+                Err(e) => (
+                    false,
+                    format!(
+                        "the kernel's answer was dropped (receive buffer overrun) and reading \
+                         the device failed: {e}"
+                    ),
+                ),
+            };
+            if done {
+                report.record(change, net);
+            } else {
+                report.failed.push(AddressFailure {
+                    device: self.name.clone(),
+                    change,
+                    addr: net,
+                    error: io::Error::from_raw_os_error(ENOBUFS),
+                    message: Some(message),
+                });
+            }
+        }
+    }
+
+    /// The error for a request the kernel did not answer readably.
+    fn unanswered(&self, what: &'static str, failure: Failure) -> VipError {
+        match failure {
+            Failure::TimedOut { waited } => VipError::Timeout {
+                device: self.name.clone(),
+                request: what,
+                waited,
+            },
+            Failure::Decode(e) => self.io(what, io::Error::other(format!("malformed answer: {e}"))),
+            other => self.io(
+                what,
+                io::Error::other(format!("the kernel's answer was lost: {other:?}")),
+            ),
+        }
     }
 
     pub(super) fn kernel(&self, request: &'static str, err: &NlError) -> VipError {
@@ -254,6 +260,25 @@ impl VipDevice {
             device: self.name.clone(),
             request,
             source,
+        }
+    }
+}
+
+/// A link message of an answer decoded; other messages are skipped.
+fn decode_link(kind: u16, payload: &[u8]) -> Result<Option<Link>, DecodeError> {
+    if kind == RTM_NEWLINK {
+        route::link::decode(payload).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+impl VipReport {
+    /// A change the kernel made (or found made).
+    fn record(&mut self, change: Change, net: IpNetwork) {
+        match change {
+            Change::Add => self.added.push(net),
+            Change::Remove => self.removed.push(net),
         }
     }
 }

@@ -1050,7 +1050,7 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
 // pipeline: the request pipeline on arbitrary request counts and kinds,
 // limits and sequences of receive events.
 
-/// Drives the sans-IO pipeline (`ipvsctl::netlink::pipeline`) with requests
+/// Drives the sans-IO pipeline (`ipvsctl::unstable::Pipeline`) with requests
 /// and limits drawn from `data`, then with arbitrary events: datagrams of
 /// ACKs, errors, data and done messages for nearby sequence numbers (stale,
 /// duplicate, out of order, other ports, other senders), raw bytes, cut
@@ -1058,7 +1058,7 @@ fn small_server(u: &mut Unstructured<'_>, addr: SocketAddr) -> ArbResult<RealSer
 /// datagrams. Once the input runs out, the kernel falls silent for good. Nothing may panic, the pipeline must
 /// come to rest, and every request must get exactly one outcome, in order.
 pub fn pipeline(data: &[u8]) {
-    use ipvsctl::netlink::pipeline::{Io, Kind, Limits, Pipeline, Push, Staged};
+    use ipvsctl::unstable::{Io, Kind, Limits, Pipeline, Push, Staged};
     use std::time::{Duration, Instant};
 
     const PORT: u32 = 77;
@@ -1076,7 +1076,7 @@ pub fn pipeline(data: &[u8]) {
     let kinds = [Kind::Ack, Kind::Dump, Kind::Quiet];
     let mut next = 0;
     let mut outcomes = Vec::new();
-    let mut decode = |_: &usize, body: &[u8]| {
+    let mut decode = |_: &usize, _: u16, body: &[u8]| {
         if body.first() == Some(&0xff) {
             Err(ipvsctl::codec::DecodeError::from(
                 "refused by the check".to_owned(),

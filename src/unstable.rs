@@ -1,0 +1,32 @@
+//! The crate's transport, for tests, benchmarks and capture tools that
+//! drive netlink themselves: the socket ([`NlSocket`]), the sans-IO request
+//! pipeline ([`Pipeline`] and its parts) and the driver ([`Exchange`]).
+//!
+//! **Outside semver.** Everything here may change or go away in any
+//! release, patch releases included; it is built only with the feature
+//! `unstable`. Programs that control IPVS want [`crate::Handle`],
+//! [`crate::sync`], [`crate::vip`] and [`crate::nodeips`], which run every
+//! request through this transport.
+//!
+//! ```no_run
+//! use ipvsctl::NetNs;
+//! use ipvsctl::Timeout;
+//! use ipvsctl::unstable::{DumpSize, Exchange, NlSocket, Protocol};
+//!
+//! let mut sock = NlSocket::open(
+//!     &NetNs::Current,
+//!     Protocol::Generic,
+//!     DumpSize::Large,
+//!     Timeout::HANDLE_DEFAULT,
+//! )?;
+//! let mut seq = 0;
+//! let ipvs = Exchange::new(&mut sock, &mut seq).resolve_family("IPVS")?;
+//! println!("{ipvs:?}");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+pub use crate::netlink::exchange::Exchange;
+pub use crate::netlink::pipeline::{
+    Failure, Io, Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged,
+};
+pub use crate::netlink::socket::{Datagram, DumpSize, NlSocket, Protocol};
