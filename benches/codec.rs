@@ -7,6 +7,11 @@
 //! distinct addresses and packed, as the kernel packs dump replies, into
 //! datagrams of at most 32 KiB. Prints a summary line with the mean times.
 //!
+//! It also compares the two routes from an IPVS operation to its bytes, side
+//! by side in alternating rounds: `Op::encode` then `frame::encode_request`
+//! (what `Handle::apply` sends), and the syncer's direct writer
+//! (`unstable::encode_op`); it prints the median ratio and its spread.
+//!
 //! `cargo bench --bench codec`; `IPVSCTL_BENCH_SERVICES` changes the count.
 //! `IPVSCTL_BENCH_ONCE=1` runs each case once and exits, for counting
 //! instructions, which do not depend on how busy the machine is:
@@ -22,6 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use ipvsctl::Op;
 use ipvsctl::codec::attr::{IpvsAttr, RawAddr, ServiceAttr};
 use ipvsctl::codec::frame::{self, FrameBody};
 use ipvsctl::codec::{IpvsMessage, reply, request};
@@ -193,6 +199,74 @@ fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize
     total + buf.len()
 }
 
+/// The `NEW_DEST` operations of `rs`, through `Op::encode` and the codec's
+/// request framing, into datagram-sized buffers.
+#[inline(never)]
+fn encode_ops_via_messages(ops: &[Op], buf: &mut Vec<u8>) -> usize {
+    let mut total = 0;
+    buf.clear();
+    for (seq, op) in ops.iter().enumerate() {
+        if buf.len() + 256 > DATAGRAM {
+            total += buf.len();
+            buf.clear();
+        }
+        let msg = op.encode().expect("valid");
+        frame::encode_request(buf, &msg, 0x20, seq as u32, frame::NLM_F_ACK).expect("encode");
+    }
+    total + buf.len()
+}
+
+/// The same operations through the syncer's direct writer.
+#[inline(never)]
+fn encode_ops_direct(ops: &[Op], buf: &mut Vec<u8>) -> usize {
+    let mut total = 0;
+    buf.clear();
+    for (seq, op) in ops.iter().enumerate() {
+        if buf.len() + 256 > DATAGRAM {
+            total += buf.len();
+            buf.clear();
+        }
+        ipvsctl::unstable::encode_op(buf, op, 0x20, seq as u32, frame::NLM_F_ACK);
+    }
+    total + buf.len()
+}
+
+/// Alternating rounds of both routes: per round, the mean of each over
+/// `iters` runs; returns the ratios (messages / direct), sorted.
+fn route_ratios(ops: &[Op], buf: &mut Vec<u8>, rounds: usize, iters: u32) -> Vec<f64> {
+    let mut ratios: Vec<f64> = (0..rounds)
+        .map(|round| {
+            let via = |buf: &mut Vec<u8>| {
+                mean(
+                    || {
+                        black_box(encode_ops_via_messages(ops, buf));
+                    },
+                    iters,
+                )
+            };
+            let direct = |buf: &mut Vec<u8>| {
+                mean(
+                    || {
+                        black_box(encode_ops_direct(ops, buf));
+                    },
+                    iters,
+                )
+            };
+            // Which goes first alternates too.
+            let (m, d) = if round % 2 == 0 {
+                let m = via(buf);
+                (m, direct(buf))
+            } else {
+                let d = direct(buf);
+                (via(buf), d)
+            };
+            m.as_secs_f64() / d.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
 fn mean(mut f: impl FnMut(), iters: u32) -> Duration {
     f();
     let t = Instant::now();
@@ -216,6 +290,14 @@ fn main() {
     let (key, rs) = dest_requests(n);
     let mut buf = Vec::with_capacity(DATAGRAM);
     assert!(encode_dests(&key, &rs, &mut buf) > 0, "requests encoded");
+    let ops: Vec<Op> = rs.iter().map(|r| Op::AddDestination(key, *r)).collect();
+    let mut direct = Vec::with_capacity(DATAGRAM);
+    assert_eq!(
+        encode_ops_via_messages(&ops, &mut buf),
+        encode_ops_direct(&ops, &mut direct),
+        "both routes write as many bytes"
+    );
+    assert_eq!(buf, direct, "both routes end with the same datagram");
     if std::env::var_os("IPVSCTL_BENCH_ONCE").is_some() {
         return;
     }
@@ -231,6 +313,12 @@ fn main() {
     });
     g.bench_function(format!("encode {n} NEW_DEST requests"), |b| {
         b.iter(|| encode_dests(black_box(&key), black_box(&rs), &mut buf))
+    });
+    g.bench_function(format!("encode {n} NEW_DEST operations, Op::encode"), |b| {
+        b.iter(|| encode_ops_via_messages(black_box(&ops), &mut buf))
+    });
+    g.bench_function(format!("encode {n} NEW_DEST operations, direct"), |b| {
+        b.iter(|| encode_ops_direct(black_box(&ops), &mut buf))
     });
     g.finish();
     c.final_summary();
@@ -264,5 +352,14 @@ fn main() {
         dec.as_secs_f64() * 1e9 / n as f64,
         enc.as_secs_f64() * 1e3,
         enc.as_secs_f64() * 1e9 / n as f64,
+    );
+    let ratios = route_ratios(&ops, &mut buf, 21, 10);
+    println!(
+        "encode routes{build}: Op::encode + encode_request takes {:.2}x the direct writer's time \
+         (median of {} alternating rounds; min {:.2}, max {:.2})",
+        ratios[ratios.len() / 2],
+        ratios.len(),
+        ratios[0],
+        ratios[ratios.len() - 1],
     );
 }

@@ -75,7 +75,7 @@ mod plan;
 mod read;
 mod state;
 mod syncer;
-mod wire;
+pub(crate) mod wire;
 
 pub use ledger::{ConflictReason, Ledger, LedgerStore, Ownership};
 pub use ledger_file::{FileLedger, LedgerFileError};
