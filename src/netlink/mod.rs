@@ -5,8 +5,8 @@
 //!
 //! * [`netns`] — network namespaces (public: [`netns::NetNs`] is what the
 //!   high-level API takes);
-//! * `socket` — the socket ([`NlSocket`](crate::unstable::NlSocket) with
-//!   feature `unstable`): opened for a protocol in any namespace,
+//! * `socket` — the socket (`ipvsctl::unstable::NlSocket` with feature
+//!   `unstable`): opened for a protocol in any namespace,
 //!   connected to the kernel, buffers sized, and the receive-deadline rule;
 //! * `pipeline` — the sans-IO state machine every request goes through:
 //!   packing, quiet ACKs, overruns, cut datagrams, duplicates and stale
@@ -17,7 +17,7 @@
 //!
 //! Only [`netns`] is public API. The socket, the pipeline and the driver
 //! are the crate's own; tools and tests that drive them directly get them
-//! from [`crate::unstable`] (feature `unstable`), outside semver.
+//! from `ipvsctl::unstable` (feature `unstable`), outside semver.
 
 pub(crate) mod exchange;
 pub mod netns;
