@@ -195,37 +195,15 @@ impl VipDevice {
     ) {
         let held = self.read(rtnl, index);
         for &(change, net) in unknown {
-            let (done, message) = match &held {
-                Ok(held) => (
-                    held.contains(&net) == (change == Change::Add),
-                    format!(
-                        "the kernel's answer was dropped (receive buffer overrun); the device \
-                         read afterwards {} it",
-                        if change == Change::Add {
-                            "does not hold"
-                        } else {
-                            "still holds"
-                        }
-                    ),
-                ),
-                Err(e) => (
-                    false,
-                    format!(
-                        "the kernel's answer was dropped (receive buffer overrun) and reading \
-                         the device failed: {e}"
-                    ),
-                ),
-            };
-            if done {
-                report.record(change, net);
-            } else {
-                report.failed.push(AddressFailure {
+            match unknown_outcome(change, net, held.as_deref()) {
+                None => report.record(change, net),
+                Some(message) => report.failed.push(AddressFailure {
                     device: self.name.clone(),
                     change,
                     addr: net,
                     error: io::Error::from_raw_os_error(ENOBUFS),
                     message: Some(message),
-                });
+                }),
             }
         }
     }
@@ -264,6 +242,27 @@ impl VipDevice {
     }
 }
 
+/// How a change whose answer was dropped ended, by the device's addresses
+/// read afterwards (`held`): `None` when they show it done, else why it
+/// counts as failed.
+fn unknown_outcome(
+    change: Change,
+    net: IpNetwork,
+    held: Result<&[IpNetwork], &VipError>,
+) -> Option<String> {
+    const DROPPED: &str = "the kernel's answer was dropped (receive buffer overrun)";
+    match held {
+        Ok(held) if held.contains(&net) == (change == Change::Add) => None,
+        Ok(_) if change == Change::Add => Some(format!(
+            "{DROPPED}; the device read afterwards does not hold it"
+        )),
+        Ok(_) => Some(format!(
+            "{DROPPED}; the device read afterwards still holds it"
+        )),
+        Err(e) => Some(format!("{DROPPED} and reading the device failed: {e}")),
+    }
+}
+
 /// A link message of an answer decoded; other messages are skipped.
 fn decode_link(kind: u16, payload: &[u8]) -> Result<Option<Link>, DecodeError> {
     if kind == RTM_NEWLINK {
@@ -288,5 +287,33 @@ pub(super) fn errno_error(errno: i32) -> NlError {
     NlError {
         code: -errno,
         ..NlError::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_whose_answer_was_dropped_is_settled_by_the_re_read() {
+        let net: IpNetwork = "10.96.0.1/32".parse().unwrap();
+        let other: IpNetwork = "10.96.0.2/32".parse().unwrap();
+        let with = [net, other];
+        let without = [other];
+        assert_eq!(unknown_outcome(Change::Add, net, Ok(&with)), None);
+        assert_eq!(unknown_outcome(Change::Remove, net, Ok(&without)), None);
+        let not_added = unknown_outcome(Change::Add, net, Ok(&without)).unwrap();
+        assert!(not_added.ends_with("does not hold it"), "{not_added}");
+        let not_removed = unknown_outcome(Change::Remove, net, Ok(&with)).unwrap();
+        assert!(not_removed.ends_with("still holds it"), "{not_removed}");
+        let unreadable = VipError::Io {
+            device: "kube-ipvs0".into(),
+            request: CHANGE_ADDRESSES,
+            source: io::Error::other("gone"),
+        };
+        for change in [Change::Add, Change::Remove] {
+            let failed = unknown_outcome(change, net, Err(&unreadable)).unwrap();
+            assert!(failed.contains("reading the device failed"), "{failed}");
+        }
     }
 }
