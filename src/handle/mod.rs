@@ -14,7 +14,6 @@ mod lane;
 mod overlap;
 mod services;
 
-
 pub use batch::{BatchMode, BatchReport, Op};
 
 pub use capabilities::{Availability, Capabilities, KernelVersion, Support};

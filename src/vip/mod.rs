@@ -60,9 +60,9 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
+use crate::Timeout;
 use crate::netlink::netns::{NetNs, PinnedNetNs};
 use crate::nodeips;
-use crate::Timeout;
 
 pub use error::{AddressFailure, Change, VipError};
 use ops::errno_error;
