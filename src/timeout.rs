@@ -40,10 +40,19 @@ impl Timeout {
     /// The longest timeout: 1 hour.
     pub const MAX: Timeout = Timeout(Duration::from_secs(3600));
     /// A [`crate::Handle`]'s timeout unless set: 60 s.
-    pub const HANDLE_DEFAULT: Timeout = Timeout(Duration::from_secs(60));
+    pub const HANDLE_DEFAULT: Timeout = Timeout::from_secs(60);
     /// The timeout of [`crate::vip::VipDevice`] and [`crate::nodeips`]
     /// unless set: 10 s.
-    pub const ROUTE_DEFAULT: Timeout = Timeout(Duration::from_secs(10));
+    pub const ROUTE_DEFAULT: Timeout = Timeout::from_secs(10);
+
+    /// `secs` seconds, for the crate's defaults: refused at compile time
+    /// when out of range.
+    pub(crate) const fn from_secs(secs: u64) -> Timeout {
+        match Timeout::new(Duration::from_secs(secs)) {
+            Ok(t) => t,
+            Err(_) => panic!("a default timeout out of range"),
+        }
+    }
 
     /// `duration` as a timeout, if it is within [`Timeout::MIN`] and
     /// [`Timeout::MAX`].

@@ -10,28 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::error::KmodError;
-
-/// The longest timeout a caller may set for a program or a probe: an hour.
-/// A longer wait is a hang by another name.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
-
-/// `timeout` if it is more than zero and at most [`MAX_TIMEOUT`]; else the
-/// error naming `field`.
-pub(crate) fn check_timeout(field: &'static str, timeout: Duration) -> Result<Duration, KmodError> {
-    let reason = if timeout.is_zero() {
-        "it must be more than zero"
-    } else if timeout > MAX_TIMEOUT {
-        "it must be at most an hour (kmod::MAX_TIMEOUT)"
-    } else {
-        return Ok(timeout);
-    };
-    Err(KmodError::InvalidTimeout {
-        field,
-        timeout,
-        reason,
-    })
-}
 
 /// How long a killed program gets to be reaped and to close its output
 /// before it is given up on.

@@ -34,17 +34,6 @@ pub enum KmodError {
         /// Why it was refused.
         reason: &'static str,
     },
-    /// A timeout out of range: zero, or more than
-    /// [`MAX_TIMEOUT`](super::MAX_TIMEOUT).
-    #[error("invalid {field}: {timeout:?}: {reason}")]
-    InvalidTimeout {
-        /// The setting, e.g. `Modprobe::timeout`.
-        field: &'static str,
-        /// The value as given.
-        timeout: std::time::Duration,
-        /// Why it was refused.
-        reason: &'static str,
-    },
     /// The scheduler probe did not finish within its timeout. Its thread,
     /// stuck in the kernel (no signal ends that wait), was left detached: it
     /// ends, and its namespace goes away, whenever the kernel lets it go.

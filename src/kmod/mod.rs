@@ -111,8 +111,8 @@
 //! timeout it is given ([`DEFAULT_PROBE_TIMEOUT`], 10 s, is a fair one),
 //! then returns [`KmodError::ProbeTimedOut`]; its thread, stuck in the
 //! kernel where no signal reaches it, is left detached. Both timeouts are
-//! validated: more than zero and at most [`MAX_TIMEOUT`], else
-//! [`KmodError::InvalidTimeout`] naming the setting.
+//! the crate's one [`Timeout`](crate::Timeout) type (1 ms to 1 h, checked
+//! where it is made).
 //!
 //! `finit_module(2)` is a system call on the caller's thread and has no
 //! deadline: a module whose initialisation never returns keeps the caller
@@ -169,8 +169,6 @@ pub use name::{
 pub use report::{Diagnosis, FamilyInfo, ProbeResult, Report, Usability, diagnose, diagnose_with};
 pub use roots::{CheckConfig, KernelRelease, ReleaseSource, Roots};
 
-#[cfg(feature = "kmod")]
-pub use child::MAX_TIMEOUT;
 #[cfg(feature = "kmod")]
 pub use confine::Escape;
 #[cfg(feature = "kmod")]

@@ -15,13 +15,14 @@ use super::error::KmodError;
 use super::explain::Cause;
 use super::load::{LoadFailure, LoadOutcome, LoadStep, LoadSuccess};
 use super::name::ModuleName;
+use crate::Timeout;
 
 /// How long [`modprobe`] waits for the program unless [`Modprobe::with_timeout`]
 /// says otherwise: 30 seconds. Loading a module takes milliseconds to a few
 /// seconds (signature checks, firmware); one that takes longer is waiting
 /// for something that may never happen (`docs/kernel-notes.md`: a scheduler
 /// module whose initialisation waits for network-namespace cleanup).
-pub const DEFAULT_MODPROBE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MODPROBE_TIMEOUT: Timeout = Timeout::from_secs(30);
 
 /// Where `modprobe` is looked for when no program is given, in this order:
 /// the kernel's own default (`CONFIG_MODPROBE_PATH`) and the place of older
@@ -55,6 +56,7 @@ pub const MODPROBE_ENVIRONMENT: [(&str, &str); 4] = [
 ///
 /// ```
 /// use std::time::Duration;
+/// use ipvsctl::Timeout;
 /// use ipvsctl::kmod::{self, KmodError, Modprobe};
 ///
 /// let custom = Modprobe::at("/opt/kmod/bin/modprobe")?;
@@ -63,19 +65,16 @@ pub const MODPROBE_ENVIRONMENT: [(&str, &str); 4] = [
 /// // A bare name would be looked up through PATH: refused.
 /// assert!(matches!(Modprobe::at("modprobe"), Err(KmodError::InvalidModprobePath { .. })));
 ///
-/// let patient = Modprobe::default().with_timeout(Duration::from_secs(120))?;
-/// assert_eq!(patient.timeout(), Duration::from_secs(120));
+/// let two_minutes = Timeout::new(Duration::from_secs(120)).expect("within 1 ms to 1 h");
+/// let patient = Modprobe::default().with_timeout(two_minutes);
+/// assert_eq!(patient.timeout(), two_minutes);
 /// assert_eq!(Modprobe::default().timeout(), kmod::DEFAULT_MODPROBE_TIMEOUT);
-/// assert!(matches!(
-///     Modprobe::default().with_timeout(Duration::ZERO),
-///     Err(KmodError::InvalidTimeout { field: "Modprobe::timeout", .. })
-/// ));
 /// # Ok::<(), KmodError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Modprobe {
     program: Option<PathBuf>,
-    timeout: Duration,
+    timeout: Timeout,
 }
 
 impl Default for Modprobe {
@@ -104,18 +103,14 @@ impl Modprobe {
         })
     }
 
-    /// Lets the program run for `timeout` (more than zero, at most
-    /// [`MAX_TIMEOUT`](super::MAX_TIMEOUT), an hour) instead of
+    /// Lets the program run for `timeout` instead of
     /// [`DEFAULT_MODPROBE_TIMEOUT`].
-    pub fn with_timeout(self, timeout: Duration) -> Result<Self, KmodError> {
-        Ok(Modprobe {
-            timeout: child::check_timeout("Modprobe::timeout", timeout)?,
-            ..self
-        })
+    pub fn with_timeout(self, timeout: Timeout) -> Self {
+        Modprobe { timeout, ..self }
     }
 
     /// How long the program may run.
-    pub fn timeout(&self) -> Duration {
+    pub fn timeout(&self) -> Timeout {
         self.timeout
     }
 
@@ -186,10 +181,12 @@ impl fmt::Display for CommandRun {
 ///
 /// ```
 /// use std::time::Duration;
+/// use ipvsctl::Timeout;
 /// use ipvsctl::kmod::{self, Cause, LoadFailure, Modprobe, ModuleName};
 ///
 /// // `sleep` stands in for a modprobe that never returns.
-/// let hung = Modprobe::at("/bin/sleep")?.with_timeout(Duration::from_millis(200))?;
+/// let timeout = Timeout::new(Duration::from_millis(200)).expect("within 1 ms to 1 h");
+/// let hung = Modprobe::at("/bin/sleep")?.with_timeout(timeout);
 /// let out = kmod::modprobe(&ModuleName::new("3600")?, &hung);
 /// let Err(LoadFailure::Killed { run }) = &out.result else { panic!("{out}") };
 /// assert!(run.after >= Duration::from_millis(200));
@@ -339,13 +336,13 @@ pub fn modprobe(module: &ModuleName, opts: &Modprobe) -> LoadOutcome {
                 .envs(MODPROBE_ENVIRONMENT)
                 .current_dir("/")
                 .stdin(Stdio::null()),
-            opts.timeout,
+            opts.timeout.get(),
         );
         match ended {
             Ok(ended) => {
                 return LoadOutcome {
                     target: module.to_string(),
-                    result: judge(program, &args, ended, opts.timeout, &mut steps),
+                    result: judge(program, &args, ended, opts.timeout.get(), &mut steps),
                     steps,
                 };
             }
