@@ -90,7 +90,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
+use ipvsctl::Handle;
 use ipvsctl::Timeout;
+use ipvsctl::batch::BatchMode;
 use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use ipvsctl::codec::request;
 use ipvsctl::model::{ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
@@ -100,7 +102,6 @@ use ipvsctl::sync::{
     SyncOptions, Syncer, Verify,
 };
 use ipvsctl::unstable::{DumpSize, NlSocket, Protocol};
-use ipvsctl::{BatchMode, Handle};
 
 const DESTS: usize = 10;
 
@@ -387,7 +388,7 @@ fn raw_replay(ns: &Ns, d: &DesiredState, ack_each: bool) -> Duration {
     let mut buf = Vec::new();
     let (mut count, mut first, mut last_at) = (0, 1u32, 0);
     let flags = if ack_each { NLM_F_ACK } else { 0 };
-    for (seq, op) in (1u32..).zip(&plan.ops) {
+    for (seq, op) in (1u32..).zip(&plan.writes) {
         let msg = op.encode().expect("valid");
         let before = buf.len();
         frame::encode_request(&mut buf, &msg, family, seq, flags).expect("encode");
@@ -449,7 +450,7 @@ fn apply_cold(ns: &Ns, d: &DesiredState) -> Duration {
         &Default::default(),
         PlanOptions::default(),
     )
-    .ops;
+    .writes;
     let count = ops.len();
     let t = Instant::now();
     let r = h.apply(ops);

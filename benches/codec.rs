@@ -8,9 +8,9 @@
 //! datagrams of at most 32 KiB. Prints a summary line with the mean times.
 //!
 //! It also compares the two routes from an IPVS operation to its bytes, side
-//! by side in alternating rounds: `Op::encode` then `frame::encode_request`
+//! by side in alternating rounds: `Write::encode` then `frame::encode_request`
 //! (what `Handle::apply` sends), and the syncer's direct writer
-//! (`unstable::encode_op`); it prints the median ratio and its spread.
+//! (`unstable::encode_write`); it prints the median ratio and its spread.
 //!
 //! `cargo bench --bench codec`; `IPVSCTL_BENCH_SERVICES` changes the count.
 //! `IPVSCTL_BENCH_ONCE=1` runs each case once and exits, for counting
@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use ipvsctl::Op;
+use ipvsctl::batch::Write;
 use ipvsctl::codec::attr::{IpvsAttr, RawAddr, ServiceAttr};
 use ipvsctl::codec::frame::{self, FrameBody};
 use ipvsctl::codec::{IpvsMessage, reply, request};
@@ -199,10 +199,10 @@ fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize
     total + buf.len()
 }
 
-/// The `NEW_DEST` operations of `rs`, through `Op::encode` and the codec's
+/// The `NEW_DEST` operations of `rs`, through `Write::encode` and the codec's
 /// request framing, into datagram-sized buffers.
 #[inline(never)]
-fn encode_ops_via_messages(ops: &[Op], buf: &mut Vec<u8>) -> usize {
+fn encode_ops_via_messages(ops: &[Write], buf: &mut Vec<u8>) -> usize {
     let mut total = 0;
     buf.clear();
     for (seq, op) in ops.iter().enumerate() {
@@ -218,7 +218,7 @@ fn encode_ops_via_messages(ops: &[Op], buf: &mut Vec<u8>) -> usize {
 
 /// The same operations through the syncer's direct writer.
 #[inline(never)]
-fn encode_ops_direct(ops: &[Op], buf: &mut Vec<u8>) -> usize {
+fn encode_ops_direct(ops: &[Write], buf: &mut Vec<u8>) -> usize {
     let mut total = 0;
     buf.clear();
     for (seq, op) in ops.iter().enumerate() {
@@ -226,14 +226,14 @@ fn encode_ops_direct(ops: &[Op], buf: &mut Vec<u8>) -> usize {
             total += buf.len();
             buf.clear();
         }
-        ipvsctl::unstable::encode_op(buf, op, 0x20, seq as u32, frame::NLM_F_ACK);
+        ipvsctl::unstable::encode_write(buf, op, 0x20, seq as u32, frame::NLM_F_ACK);
     }
     total + buf.len()
 }
 
 /// Alternating rounds of both routes: per round, the mean of each over
 /// `iters` runs; returns the ratios (messages / direct), sorted.
-fn route_ratios(ops: &[Op], buf: &mut Vec<u8>, rounds: usize, iters: u32) -> Vec<f64> {
+fn route_ratios(ops: &[Write], buf: &mut Vec<u8>, rounds: usize, iters: u32) -> Vec<f64> {
     let mut ratios: Vec<f64> = (0..rounds)
         .map(|round| {
             let via = |buf: &mut Vec<u8>| {
@@ -290,7 +290,7 @@ fn main() {
     let (key, rs) = dest_requests(n);
     let mut buf = Vec::with_capacity(DATAGRAM);
     assert!(encode_dests(&key, &rs, &mut buf) > 0, "requests encoded");
-    let ops: Vec<Op> = rs.iter().map(|r| Op::AddDestination(key, *r)).collect();
+    let ops: Vec<Write> = rs.iter().map(|r| Write::AddDestination(key, *r)).collect();
     let mut direct = Vec::with_capacity(DATAGRAM);
     assert_eq!(
         encode_ops_via_messages(&ops, &mut buf),
@@ -314,9 +314,10 @@ fn main() {
     g.bench_function(format!("encode {n} NEW_DEST requests"), |b| {
         b.iter(|| encode_dests(black_box(&key), black_box(&rs), &mut buf))
     });
-    g.bench_function(format!("encode {n} NEW_DEST operations, Op::encode"), |b| {
-        b.iter(|| encode_ops_via_messages(black_box(&ops), &mut buf))
-    });
+    g.bench_function(
+        format!("encode {n} NEW_DEST operations, Write::encode"),
+        |b| b.iter(|| encode_ops_via_messages(black_box(&ops), &mut buf)),
+    );
     g.bench_function(format!("encode {n} NEW_DEST operations, direct"), |b| {
         b.iter(|| encode_ops_direct(black_box(&ops), &mut buf))
     });
@@ -355,7 +356,7 @@ fn main() {
     );
     let ratios = route_ratios(&ops, &mut buf, 21, 10);
     println!(
-        "encode routes{build}: Op::encode + encode_request takes {:.2}x the direct writer's time \
+        "encode routes{build}: Write::encode + encode_request takes {:.2}x the direct writer's time \
          (median of {} alternating rounds; min {:.2}, max {:.2})",
         ratios[ratios.len() / 2],
         ratios.len(),

@@ -25,10 +25,11 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
+use ipvsctl::Handle;
+use ipvsctl::batch::Write;
 use ipvsctl::codec::attr::{DestAttr, IpvsAttr, ServiceAttr};
 use ipvsctl::codec::{IpvsMessage, request};
 use ipvsctl::model::{DaemonRole, ServiceKey};
-use ipvsctl::{Handle, Op};
 
 const SYSCALLS: &str = "trace=sendmsg,recvmsg,sendto,recvfrom";
 const GENL_ID_CTRL: u16 = 0x10;
@@ -190,11 +191,11 @@ fn run_op(step: &str) -> Result<String, String> {
         "del-svc" => h.delete_service(&svc_fwm6().key).map(done).map_err(s),
         "batch" => {
             let vs = batch_service();
-            let mut ops = vec![Op::AddService(vs.clone())];
+            let mut ops = vec![Write::AddService(vs.clone())];
             ops.extend(
                 batch_dests()
                     .into_iter()
-                    .map(|d| Op::AddDestination(vs.key, d)),
+                    .map(|d| Write::AddDestination(vs.key, d)),
             );
             let report = h.apply(ops);
             if report.is_ok() {

@@ -29,6 +29,14 @@
 //!    pipelined, remembers what the kernel acknowledged and only touches the
 //!    services it owns ([`Scope`](sync::Scope)).
 //!
+//! The crate root holds what every caller touches: [`Handle`] and its
+//! [`HandleOptions`], [`Error`] and [`Result`], the [`Operation`] an error
+//! is about, and the [`NetNs`] a handle works in. Batches of writes
+//! ([`batch::Write`], [`Handle::apply`]) are in [`batch`], which also says
+//! how a `Write`, an `Operation` and the codec's
+//! [`IpvsCmd`](codec::IpvsCmd) differ; what the running kernel supports
+//! ([`Handle::capabilities`]) is in [`capabilities`].
+//!
 //! Beside them, for the host a load balancer runs on:
 //!
 //! * [`nodeips`]: the addresses of every interface that is up (the node IPs
@@ -146,8 +154,8 @@ mod timeout;
 pub mod unstable;
 pub mod vip;
 
-pub use handle::{Availability, Capabilities, KernelVersion, Support};
-pub use handle::{BatchMode, BatchReport, Error, Handle, HandleOptions, Op, Operation, Result};
+pub use handle::{Error, Handle, HandleOptions, Operation, Result};
+pub use handle::{batch, capabilities};
 pub use netlink::netns::{NetNs, PinnedNetNs};
 pub use timeout::{Timeout, TimeoutError};
 

@@ -31,11 +31,17 @@ pub use crate::netlink::pipeline::{
 };
 pub use crate::netlink::socket::{Datagram, DumpSize, NlSocket, Protocol};
 
-/// Appends the request for `op` straight into `out`, as the syncer's writer
-/// does (no [`crate::codec::IpvsMessage`] built): the same bytes as
-/// `frame::encode_request(out, &op.encode()?, family, seq, flags)` for a
-/// valid `op`, written by the same attribute writers. For comparing the two
-/// routes (`benches/codec.rs`); `op` must be valid.
-pub fn encode_op(out: &mut Vec<u8>, op: &crate::Op, family: u16, seq: u32, flags: u16) {
-    crate::sync::wire::encode(out, op, family, seq, flags);
+/// Appends the request for `write` straight into `out`, as the syncer's
+/// writer does (no [`crate::codec::IpvsMessage`] built): the same bytes as
+/// `frame::encode_request(out, &write.encode()?, family, seq, flags)` for a
+/// valid `write`, written by the same attribute writers. For comparing the
+/// two routes (`benches/codec.rs`); `write` must be valid.
+pub fn encode_write(
+    out: &mut Vec<u8>,
+    write: &crate::batch::Write,
+    family: u16,
+    seq: u32,
+    flags: u16,
+) {
+    crate::sync::wire::encode(out, write, family, seq, flags);
 }

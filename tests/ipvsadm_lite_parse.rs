@@ -16,7 +16,7 @@ mod rules;
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use ipvsctl::Op;
+use ipvsctl::batch::Write;
 use ipvsctl::model::{
     AddressFamily, DaemonRole, ForwardMethod, Netmask, PersistenceEngine, RealServer, Scheduler,
     ServiceFlags, ServiceKey, Timeouts, Tunnel, TunnelEncap, TunnelFlags, VirtualServer,
@@ -508,7 +508,7 @@ ipvsadm -A -t 10.0.0.1:80 -s rr
 
 /// The bulk-sync plan from the table `have` to `want`, for the whole
 /// namespace (what `-R` does).
-fn sync_plan(have: &restore::Desired, want: &restore::Desired) -> Vec<Op> {
+fn sync_plan(have: &restore::Desired, want: &restore::Desired) -> Vec<Write> {
     let mut observed = Observed::new();
     for s in &have.services {
         observed.insert(ObservedService::new(
@@ -527,7 +527,7 @@ fn sync_plan(have: &restore::Desired, want: &restore::Desired) -> Vec<Op> {
         &HashSet::new(),
         PlanOptions::default(),
     )
-    .ops
+    .writes
 }
 
 #[test]
@@ -548,19 +548,19 @@ fn desired_state_and_plan() {
     assert_eq!(
         plan,
         vec![
-            Op::DeleteDestination(key, sa("10.1.0.2:80")),
-            Op::UpdateDestination(
+            Write::DeleteDestination(key, sa("10.1.0.2:80")),
+            Write::UpdateDestination(
                 key,
                 RealServer::new(sa("10.1.0.1:80"))
                     .with_forward(ForwardMethod::Masquerade)
                     .with_weight(5)
             ),
-            Op::AddDestination(
+            Write::AddDestination(
                 key,
                 RealServer::new(sa("10.1.0.9:80")).with_forward(ForwardMethod::Masquerade)
             ),
-            Op::AddService(VirtualServer::new(ServiceKey::udp(sa("10.0.0.4:53")))),
-            Op::DeleteService(ServiceKey::tcp(sa("10.0.0.3:80"))),
+            Write::AddService(VirtualServer::new(ServiceKey::udp(sa("10.0.0.4:53")))),
+            Write::DeleteService(ServiceKey::tcp(sa("10.0.0.3:80"))),
         ]
     );
     let lines: Vec<String> = plan.iter().map(restore::op_line).collect();

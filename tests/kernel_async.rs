@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use ipvsctl::NetNs;
 use ipvsctl::asynchronous::{AsyncHandle, AsyncSyncer};
+use ipvsctl::batch::{BatchMode, Write};
 use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, SyncOptions, Verify};
-use ipvsctl::{BatchMode, NetNs, Op};
 use support::TestNetns;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -91,7 +92,7 @@ fn operations_reach_the_kernel_in_call_order() {
         }
         let report = ipvs
             .apply(
-                (0..50).map(|i| Op::DeleteService(key(i))).collect(),
+                (0..50).map(|i| Write::DeleteService(key(i))).collect(),
                 BatchMode::Pipelined,
             )
             .await;

@@ -13,11 +13,12 @@ mod support;
 
 use std::process::Command;
 
+use ipvsctl::capabilities::{Availability, KernelVersion, Support};
 use ipvsctl::model::{
     ForwardMethod, PersistenceEngine, RealServer, Scheduler, ServiceKey, Tunnel, VirtualServer,
 };
 use ipvsctl::sysctl::{SysctlError, Sysctls, knobs};
-use ipvsctl::{Availability, Error, KernelVersion, NetNs, Support};
+use ipvsctl::{Error, NetNs};
 
 /// The first mainline release with a connection table per namespace, made
 /// with the namespace's first service and resized with its load; `GET_INFO`

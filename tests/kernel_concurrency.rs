@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use ipvsctl::batch::Write;
 use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, Scope, SyncOptions, Syncer, Verify};
-use ipvsctl::{Handle, NetNs, Op};
+use ipvsctl::{Handle, NetNs};
 use support::TestNetns;
 
 const THREADS: u8 = 8;
@@ -73,7 +74,7 @@ fn worker(h: &Handle, t: u8, stop: &AtomicBool) -> Result<u32, String> {
                 RealServer::new(addr(10, 245, t, j, 9000 + round as u16)).with_weight(u32::from(j))
             })
             .collect();
-        let report = h.apply(servers.iter().map(|rs| Op::AddDestination(key, *rs)));
+        let report = h.apply(servers.iter().map(|rs| Write::AddDestination(key, *rs)));
         if !report.is_ok() || report.succeeded != servers.len() {
             return Err(format!("thread {t} round {round}: batch: {report:?}"));
         }

@@ -7,6 +7,8 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use ipvsctl::batch::Write;
+use ipvsctl::capabilities::KernelVersion;
 use ipvsctl::codec::attr::{DestAttr, IpvsAttr, RawAddr, ServiceAttr};
 use ipvsctl::codec::{IpvsCmd, IpvsMessage, request};
 use ipvsctl::model::{
@@ -14,7 +16,7 @@ use ipvsctl::model::{
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
     VirtualServer,
 };
-use ipvsctl::{Error, Handle, KernelVersion, Op, Operation};
+use ipvsctl::{Error, Handle, Operation};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -820,28 +822,28 @@ fn eight_threads_share_one_handle() {
 fn batch_reports_every_operation() {
     let (_ns, h) = setup();
     let key = ServiceKey::tcp(sa("10.96.7.1:80"));
-    let mut ops = vec![Op::AddService(VirtualServer::new(key))];
+    let mut ops = vec![Write::AddService(VirtualServer::new(key))];
     for i in 1..=200u8 {
-        ops.push(Op::AddDestination(
+        ops.push(Write::AddDestination(
             key,
             RealServer::new(SocketAddr::new([10, 244, 7, i].into(), 80)),
         ));
     }
     // A duplicate (EEXIST), an invalid one (never sent) and an unknown
     // scheduler (ENOENT) among valid operations.
-    ops.push(Op::AddDestination(
+    ops.push(Write::AddDestination(
         key,
         RealServer::new(sa("10.244.7.1:80")),
     ));
-    ops.push(Op::AddDestination(
+    ops.push(Write::AddDestination(
         key,
         RealServer::new(sa("10.244.7.250:80")).with_weight(u32::MAX),
     ));
-    ops.push(Op::AddService(
+    ops.push(Write::AddService(
         VirtualServer::new(ServiceKey::tcp(sa("10.96.7.2:80")))
             .with_scheduler(Scheduler::Other("nope".into())),
     ));
-    ops.push(Op::AddService(VirtualServer::new(ServiceKey::tcp(sa(
+    ops.push(Write::AddService(VirtualServer::new(ServiceKey::tcp(sa(
         "10.96.7.3:80",
     )))));
     let n = ops.len();
@@ -872,10 +874,10 @@ fn batch_reports_every_operation() {
     // its error is the datagram's last answer, and the quiet requests before
     // it succeeded.
     let report = h.apply([
-        Op::AddDestination(key, RealServer::new(sa("10.244.7.251:80"))),
-        Op::DeleteDestination(key, sa("10.244.7.252:80")),
-        Op::AddDestination(key, RealServer::new(sa("10.244.7.253:80"))),
-        Op::AddDestination(key, RealServer::new(sa("10.244.7.1:80"))),
+        Write::AddDestination(key, RealServer::new(sa("10.244.7.251:80"))),
+        Write::DeleteDestination(key, sa("10.244.7.252:80")),
+        Write::AddDestination(key, RealServer::new(sa("10.244.7.253:80"))),
+        Write::AddDestination(key, RealServer::new(sa("10.244.7.1:80"))),
     ]);
     assert_eq!(report.succeeded, 2);
     let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
@@ -914,11 +916,11 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
 }
 
 /// A service and `n` real servers to add to it.
-fn service_and_dests(key: ServiceKey, n: usize) -> Vec<Op> {
-    std::iter::once(Op::AddService(VirtualServer::new(key)))
+fn service_and_dests(key: ServiceKey, n: usize) -> Vec<Write> {
+    std::iter::once(Write::AddService(VirtualServer::new(key)))
         .chain((0..n).map(|i| {
             let addr = sa(&format!("10.244.{}.{}:8080", i / 250, i % 250 + 1));
-            Op::AddDestination(
+            Write::AddDestination(
                 key,
                 RealServer::new(addr).with_forward(ForwardMethod::Masquerade),
             )
@@ -928,7 +930,7 @@ fn service_and_dests(key: ServiceKey, n: usize) -> Vec<Op> {
 
 #[test]
 fn apply_with_callbacks_may_use_the_handle() {
-    use ipvsctl::BatchMode;
+    use ipvsctl::batch::BatchMode;
     let (_ns, h) = setup();
     let h = Arc::new(h);
     for (n, mode) in [(1, BatchMode::Pipelined), (2, BatchMode::OneByOne)] {
@@ -980,7 +982,7 @@ fn apply_with_ops_iterator_may_use_the_handle() {
 
 #[test]
 fn a_panicking_apply_callback_leaves_the_handle_usable() {
-    use ipvsctl::BatchMode;
+    use ipvsctl::batch::BatchMode;
     let (_ns, h) = setup();
     let h = Arc::new(h);
     let key = ServiceKey::tcp(sa("10.96.13.1:80"));
@@ -1052,9 +1054,9 @@ fn check_churn_list(addrs: &[SocketAddr], before: usize, after: usize) -> Result
 /// had adds at most a few real servers and does nothing else.
 fn read_by_plan(plan: &ipvsctl::sync::Plan, key: ServiceKey) -> Result<Vec<SocketAddr>, String> {
     let mut read: Vec<SocketAddr> = (0..POOL).map(churn_addr).collect();
-    for op in &plan.ops {
+    for op in &plan.writes {
         match op {
-            Op::AddDestination(k, rs) if *k == key => read.retain(|a| *a != rs.addr),
+            Write::AddDestination(k, rs) if *k == key => read.retain(|a| *a != rs.addr),
             other => return Err(format!("the sync's read led to {other:?}")),
         }
     }
@@ -1078,7 +1080,7 @@ fn destination_lists_are_consistent_while_the_table_changes() {
     let key = ServiceKey::tcp(sa("10.96.14.1:80"));
     let rs = |j| RealServer::new(churn_addr(j)).with_forward(ForwardMethod::Masquerade);
     h.add_service(&VirtualServer::new(key)).unwrap();
-    let report = h.apply((0..POOL).map(|j| Op::AddDestination(key, rs(j))));
+    let report = h.apply((0..POOL).map(|j| Write::AddDestination(key, rs(j))));
     assert!(report.is_ok(), "{:?}", report.failed);
     // 63 more services, so that a read of all 64 overlaps the kernel's work
     // and the decoding (another path through the reader).
@@ -1203,8 +1205,8 @@ fn services_with_one_server(
     let report = h.apply(keys.iter().enumerate().flat_map(|(i, key)| {
         let rs = RealServer::new(one_server(i)).with_forward(ForwardMethod::Masquerade);
         [
-            Op::AddService(VirtualServer::new(*key)),
-            Op::AddDestination(*key, rs),
+            Write::AddService(VirtualServer::new(*key)),
+            Write::AddDestination(*key, rs),
         ]
     }));
     assert!(report.is_ok(), "{:?}", report.failed);

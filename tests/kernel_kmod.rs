@@ -265,7 +265,8 @@ fn check_load_probe_and_explain_failures() {
 /// The first mainline release whose ip_vs has the generic-netlink family
 /// alias, so that the kernel loads it for a family lookup ("ipvs: autoload
 /// ipvs on genl access"); 5.10 has none.
-const FAMILY_AUTOLOAD: ipvsctl::KernelVersion = ipvsctl::KernelVersion::new(5, 16, 0);
+const FAMILY_AUTOLOAD: ipvsctl::capabilities::KernelVersion =
+    ipvsctl::capabilities::KernelVersion::new(5, 16, 0);
 
 /// modprobe, unload, the kernel's own load on a family lookup (from 5.16;
 /// before, modprobe again), then finit_module with the modules.dep chain.
@@ -299,7 +300,8 @@ fn loads_and_autoload(req: &Requirements) {
     let probe = kmod::probe_family();
     println!("{probe:?}");
     let release = CheckConfig::default().kernel_release().release;
-    let version = ipvsctl::KernelVersion::parse(&release).expect("the release parses");
+    let version =
+        ipvsctl::capabilities::KernelVersion::parse(&release).expect("the release parses");
     if version >= FAMILY_AUTOLOAD {
         assert_eq!(probe.unwrap().map(|f| f.name), Some("IPVS".to_owned()));
     } else {

@@ -12,9 +12,10 @@ use std::num::NonZeroUsize;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ipvsctl::batch::{BatchMode, Write};
 use ipvsctl::model::{ConnCounts, ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, Scope, SyncOptions, SyncReport, Syncer, Verify};
-use ipvsctl::{BatchMode, Error, Handle, NetNs, Op};
+use ipvsctl::{Error, Handle, NetNs};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use support::TestNetns;
@@ -152,7 +153,7 @@ fn assert_ok(r: &SyncReport) {
         "failures: {:#?}, aborted: {:?}",
         r.failed
             .iter()
-            .map(|f| (&f.op, f.error.to_string()))
+            .map(|f| (&f.write, f.error.to_string()))
             .collect::<Vec<_>>(),
         r.aborted
     );
@@ -396,8 +397,8 @@ fn partial_failure_applies_the_rest_and_converges() {
         roots[0].error
     );
     assert_eq!(
-        roots[0].op,
-        Op::AddService(desired.get(&bad_key).unwrap().service().clone())
+        roots[0].write,
+        Write::AddService(desired.get(&bad_key).unwrap().service().clone())
     );
     // Its real servers were not sent: the service was not created.
     assert_eq!(r.failed.len(), 1);
@@ -694,7 +695,7 @@ fn killed_mid_sync_converges() {
             r.reads_sent,
             r.retried
                 .iter()
-                .map(|f| (&f.op, f.error.to_string()))
+                .map(|f| (&f.write, f.error.to_string()))
                 .collect::<Vec<_>>()
         );
     }
@@ -941,9 +942,9 @@ fn a_refused_claim_gets_no_real_servers() {
         .unwrap();
     let mut s = Syncer::new(&h);
     let r = s.sync(&desired, Verify::Services).unwrap();
-    let failed: Vec<&Op> = r.failed.iter().map(|f| &f.op).collect();
+    let failed: Vec<&Write> = r.failed.iter().map(|f| &f.write).collect();
     assert!(
-        matches!(failed.as_slice(), [Op::AddService(vs)] if vs.key == odd),
+        matches!(failed.as_slice(), [Write::AddService(vs)] if vs.key == odd),
         "{r:#?}"
     );
     assert!(

@@ -62,7 +62,7 @@ fn assert_ok(r: &SyncReport) {
         "failures: {:?}, conflicts: {:?}",
         r.failed
             .iter()
-            .map(|f| (&f.op, f.error.to_string()))
+            .map(|f| (&f.write, f.error.to_string()))
             .collect::<Vec<_>>(),
         r.conflicts
     );

@@ -48,8 +48,9 @@ fn no_ipvs_means_unavailable_on_open() {
     // ipvs on genl access"); before, ip_vs has no family alias and has to be
     // loaded first.
     let release = support::kernel_release();
-    let version = ipvsctl::KernelVersion::parse(&release).expect("the release parses");
-    if version < ipvsctl::KernelVersion::new(5, 16, 0) {
+    let version =
+        ipvsctl::capabilities::KernelVersion::parse(&release).expect("the release parses");
+    if version < ipvsctl::capabilities::KernelVersion::new(5, 16, 0) {
         assert!(
             matches!(Handle::new(), Err(Error::Unavailable { .. })),
             "{release}: nothing loads ip_vs for the family"

@@ -7,7 +7,7 @@ mod strategies;
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 
-use ipvsctl::Op;
+use ipvsctl::batch::Write;
 use ipvsctl::model::{ConnCounts, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::sync::{
     self, DesiredError, DesiredState, Observed, ObservedDest, ObservedService, PlanOptions, Scope,
@@ -51,31 +51,31 @@ fn table_of_desired(d: &DesiredState) -> Table {
         .collect()
 }
 
-fn simulate(mut t: Table, ops: &[Op]) -> Result<Table, String> {
+fn simulate(mut t: Table, ops: &[Write]) -> Result<Table, String> {
     for op in ops {
         match op {
-            Op::AddService(vs) => {
+            Write::AddService(vs) => {
                 if t.insert(vs.key, (vs.clone(), BTreeMap::new())).is_some() {
                     return Err(format!("{op:?}: service exists"));
                 }
             }
-            Op::UpdateService(vs) => {
+            Write::UpdateService(vs) => {
                 let s = t.get_mut(&vs.key).ok_or(format!("{op:?}: no service"))?;
                 if s.0 == *vs {
                     return Err(format!("{op:?}: update that changes nothing"));
                 }
                 s.0 = vs.clone();
             }
-            Op::DeleteService(k) => {
+            Write::DeleteService(k) => {
                 t.remove(k).ok_or(format!("{op:?}: no service"))?;
             }
-            Op::AddDestination(k, rs) => {
+            Write::AddDestination(k, rs) => {
                 let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
                 if s.1.insert(rs.addr, *rs).is_some() {
                     return Err(format!("{op:?}: real server exists"));
                 }
             }
-            Op::UpdateDestination(k, rs) => {
+            Write::UpdateDestination(k, rs) => {
                 let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
                 let d = s.1.get_mut(&rs.addr).ok_or(format!("{op:?}: no server"))?;
                 if *d == *rs {
@@ -83,10 +83,11 @@ fn simulate(mut t: Table, ops: &[Op]) -> Result<Table, String> {
                 }
                 *d = *rs;
             }
-            Op::DeleteDestination(k, a) => {
+            Write::DeleteDestination(k, a) => {
                 let s = t.get_mut(k).ok_or(format!("{op:?}: no service"))?;
                 s.1.remove(a).ok_or(format!("{op:?}: no server"))?;
             }
+            other => return Err(format!("{other:?}: a write this simulation does not know")),
         }
     }
     Ok(t)
@@ -190,9 +191,9 @@ proptest! {
     fn plan_reaches_desired_state(cases in cases()) {
         let (desired, observed) = build(&cases);
         let p = sync::plan(&desired, &observed, &Scope::All, &HashSet::new(), PlanOptions::default());
-        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        let after = simulate(table_of(&observed), &p.writes).map_err(TestCaseError::fail)?;
         prop_assert_eq!(&after, &table_of_desired(&desired));
-        prop_assert_eq!(p.ops.len(), p.counts.services.changes() + p.counts.destinations.changes());
+        prop_assert_eq!(p.writes.len(), p.counts.services.changes() + p.counts.destinations.changes());
         // Idempotent: the desired state observed needs nothing.
         let mut again = Observed::new();
         for s in desired.services() {
@@ -202,7 +203,7 @@ proptest! {
             ));
         }
         let p2 = sync::plan(&desired, &again, &Scope::All, &HashSet::new(), PlanOptions::default());
-        prop_assert!(p2.is_empty(), "{:?}", p2.ops);
+        prop_assert!(p2.is_empty(), "{:?}", p2.writes);
         prop_assert_eq!(p2.counts.services.unchanged, desired.len());
         prop_assert_eq!(p2.counts.destinations.unchanged, desired.destination_count());
     }
@@ -220,7 +221,7 @@ proptest! {
             }
         }
         let p = sync::plan(&desired, &observed, &Scope::Owned, &owned, PlanOptions::default());
-        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        let after = simulate(table_of(&observed), &p.writes).map_err(TestCaseError::fail)?;
         let mut expected = table_of_desired(&desired);
         for (k, v) in table_of(&observed) {
             if !desired.contains(&k) && !owned.contains(&k) {
@@ -228,12 +229,8 @@ proptest! {
             }
         }
         prop_assert_eq!(after, expected);
-        for op in &p.ops {
-            let k = match op {
-                Op::AddService(vs) | Op::UpdateService(vs) => vs.key,
-                Op::DeleteService(k) | Op::AddDestination(k, _)
-                | Op::UpdateDestination(k, _) | Op::DeleteDestination(k, _) => *k,
-            };
+        for op in &p.writes {
+            let k = *op.operation().service().expect("every write of a plan names its service");
             prop_assert!(desired.contains(&k) || owned.contains(&k), "{:?} touches a foreign service", op);
         }
     }
@@ -244,8 +241,8 @@ proptest! {
         let (desired, observed) = build(&cases);
         let scope = Scope::filter(|k: &ServiceKey| matches!(k, ServiceKey::FwMark { .. }));
         let p = sync::plan(&desired, &observed, &scope, &HashSet::new(), PlanOptions::default());
-        let deleted: HashSet<ServiceKey> = p.ops.iter().filter_map(|op| match op {
-            Op::DeleteService(k) => Some(*k),
+        let deleted: HashSet<ServiceKey> = p.writes.iter().filter_map(|op| match op {
+            Write::DeleteService(k) => Some(*k),
             _ => None,
         }).collect();
         let expected: HashSet<ServiceKey> = observed.keys()
@@ -262,7 +259,7 @@ proptest! {
         let (desired, observed) = build(&cases);
         let opts = PlanOptions::default().with_graceful_termination(true);
         let p = sync::plan(&desired, &observed, &Scope::All, &HashSet::new(), opts);
-        let after = simulate(table_of(&observed), &p.ops).map_err(TestCaseError::fail)?;
+        let after = simulate(table_of(&observed), &p.writes).map_err(TestCaseError::fail)?;
         let mut draining = 0;
         for (k, (vs, dests)) in &after {
             let Some(ds) = desired.get(k) else {
@@ -330,14 +327,14 @@ fn order_is_service_then_destinations_then_deletes() {
         PlanOptions::default(),
     );
     assert_eq!(
-        p.ops,
+        p.writes,
         vec![
-            Op::AddService(VirtualServer::new(k1)),
-            Op::AddDestination(k1, RealServer::new(a)),
-            Op::AddDestination(k1, RealServer::new(b)),
-            Op::DeleteDestination(k2, a),
-            Op::UpdateDestination(k2, RealServer::new(b).with_weight(5)),
-            Op::DeleteService(gone),
+            Write::AddService(VirtualServer::new(k1)),
+            Write::AddDestination(k1, RealServer::new(a)),
+            Write::AddDestination(k1, RealServer::new(b)),
+            Write::DeleteDestination(k2, a),
+            Write::UpdateDestination(k2, RealServer::new(b).with_weight(5)),
+            Write::DeleteService(gone),
         ]
     );
     assert_eq!(p.counts.services.added, 1);
@@ -354,7 +351,7 @@ fn order_is_service_then_destinations_then_deletes() {
         &HashSet::new(),
         PlanOptions::default(),
     );
-    assert!(!p.ops.contains(&Op::DeleteService(gone)));
+    assert!(!p.writes.contains(&Write::DeleteService(gone)));
 }
 
 #[test]
@@ -385,8 +382,11 @@ fn graceful_drain_then_delete() {
         opts,
     );
     assert_eq!(
-        p.ops,
-        vec![Op::UpdateDestination(k, RealServer::new(a).with_weight(0))]
+        p.writes,
+        vec![Write::UpdateDestination(
+            k,
+            RealServer::new(a).with_weight(0)
+        )]
     );
     assert_eq!(p.counts.drain_started, 1);
     // Counts unknown: drain too (never delete blind).
@@ -398,8 +398,11 @@ fn graceful_drain_then_delete() {
         opts,
     );
     assert_eq!(
-        p.ops,
-        vec![Op::UpdateDestination(k, RealServer::new(a).with_weight(0))]
+        p.writes,
+        vec![Write::UpdateDestination(
+            k,
+            RealServer::new(a).with_weight(0)
+        )]
     );
     // Busy at weight 0: wait.
     let p = sync::plan(
@@ -420,13 +423,16 @@ fn graceful_drain_then_delete() {
         &HashSet::new(),
         opts,
     );
-    assert_eq!(p.ops, vec![Op::DeleteDestination(k, a)]);
+    assert_eq!(p.writes, vec![Write::DeleteDestination(k, a)]);
     // Back in the desired state while draining: weight restored.
     let mut back = DesiredState::new();
     back.insert(VirtualServer::new(k), [RealServer::new(a)])
         .unwrap();
     let p = sync::plan(&back, &obs(0, busy), &Scope::Owned, &HashSet::new(), opts);
-    assert_eq!(p.ops, vec![Op::UpdateDestination(k, RealServer::new(a))]);
+    assert_eq!(
+        p.writes,
+        vec![Write::UpdateDestination(k, RealServer::new(a))]
+    );
     // UDP: deleted at once.
     let u = ServiceKey::udp("10.96.0.1:53".parse().unwrap());
     let mut d = DesiredState::new();
@@ -440,7 +446,7 @@ fn graceful_drain_then_delete() {
         }],
     ));
     let p = sync::plan(&d, &o, &Scope::Owned, &HashSet::new(), opts);
-    assert_eq!(p.ops, vec![Op::DeleteDestination(u, a)]);
+    assert_eq!(p.writes, vec![Write::DeleteDestination(u, a)]);
 }
 
 #[test]
@@ -580,13 +586,13 @@ fn change_desired(d: &mut DesiredState, cases: &[Case], ch: &Change) -> Result<(
 }
 
 /// What a syncer does with an acknowledged plan: memory and ownership.
-fn acknowledge(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, ops: &[Op]) {
+fn acknowledge(memory: &mut Observed, owned: &mut HashSet<ServiceKey>, ops: &[Write]) {
     for op in ops {
         match op {
-            Op::AddService(vs) => {
+            Write::AddService(vs) => {
                 owned.insert(vs.key);
             }
-            Op::DeleteService(k) => {
+            Write::DeleteService(k) => {
                 owned.remove(k);
             }
             _ => {}
@@ -609,7 +615,7 @@ proptest! {
         let mut owned: HashSet<ServiceKey> = observed.keys().copied().collect();
         let mut memory = observed.clone();
         let first = sync::plan(&desired, &memory, &Scope::Owned, &owned, PlanOptions::default());
-        acknowledge(&mut memory, &mut owned, &first.ops);
+        acknowledge(&mut memory, &mut owned, &first.writes);
         desired.clear_changes();
         let start = memory.clone();
         let start_owned = owned.clone();
@@ -622,11 +628,11 @@ proptest! {
                     &desired, &memory, &keys, &Scope::Owned, &owned, PlanOptions::default(),
                 );
                 prop_assert_eq!(
-                    p.ops.len(),
+                    p.writes.len(),
                     p.counts.services.changes() + p.counts.destinations.changes()
                 );
-                table = simulate(table, &p.ops).map_err(TestCaseError::fail)?;
-                acknowledge(&mut memory, &mut owned, &p.ops);
+                table = simulate(table, &p.writes).map_err(TestCaseError::fail)?;
+                acknowledge(&mut memory, &mut owned, &p.writes);
                 prop_assert_eq!(&table_of(&memory), &table);
             }
         }
@@ -635,12 +641,12 @@ proptest! {
         let mut full = start;
         let mut full_owned = start_owned;
         let p = sync::plan(&desired, &full, &Scope::Owned, &full_owned, PlanOptions::default());
-        acknowledge(&mut full, &mut full_owned, &p.ops);
+        acknowledge(&mut full, &mut full_owned, &p.writes);
         prop_assert_eq!(table_of(&memory), table_of(&full));
         prop_assert_eq!(&owned, &full_owned);
         prop_assert_eq!(table_of(&memory), table_of_desired(&desired));
         let again = sync::plan(&desired, &memory, &Scope::Owned, &owned, PlanOptions::default());
-        prop_assert!(again.is_empty(), "{:?}", again.ops);
+        prop_assert!(again.is_empty(), "{:?}", again.writes);
     }
 }
 
@@ -753,6 +759,6 @@ fn plan_services_counts_a_repeated_key_once_in_short_and_long_lists() {
         twice.extend(once.iter().rev());
         twice.insert(1, once[0]);
         assert_eq!(plan(&twice), plan(&once), "{n} keys");
-        assert_eq!(plan(&once).ops.len(), 2 * usize::from(n));
+        assert_eq!(plan(&once).writes.len(), 2 * usize::from(n));
     }
 }

@@ -396,7 +396,7 @@ fn replace_table(
         let plan = syncer
             .plan(&state, Verify::Full)
             .map_err(|e| read_failure(KOp::GetServices, &e))?;
-        for op in &plan.ops {
+        for op in &plan.writes {
             out.push_str(&restore::op_line(op));
             out.push('\n');
         }
@@ -410,8 +410,12 @@ fn replace_table(
         .map_err(|e| read_failure(KOp::GetServices, &e))?;
     let mut messages = Vec::new();
     for f in report.root_failures() {
-        let failure = kernel_failure(replay::kop(&f.op), &f.error);
-        messages.push(format!("{}: {}", failure.message, restore::op_line(&f.op)));
+        let failure = kernel_failure(replay::kop(&f.write), &f.error);
+        messages.push(format!(
+            "{}: {}",
+            failure.message,
+            restore::op_line(&f.write)
+        ));
     }
     if let Some(e) = &report.aborted {
         let failure = kernel_failure(KOp::Other, e);

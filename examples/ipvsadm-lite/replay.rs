@@ -17,8 +17,9 @@
 
 use std::fmt::Write as _;
 
+use ipvsctl::Handle;
+use ipvsctl::batch::{BatchMode, Write};
 use ipvsctl::model::DaemonRole;
-use ipvsctl::{BatchMode, Handle, Op};
 
 use super::format::{Numeric, service_name};
 use super::restore::op_line;
@@ -49,27 +50,28 @@ pub fn merge_into(steps: &mut Vec<(usize, Step)>, rules: Vec<Rule>, skipped: Vec
 
 /// The change of a service or server a command is, if it is one (those go
 /// to the kernel in pipelined batches); the command back otherwise.
-fn as_op(command: Command) -> Result<Op, Command> {
+fn as_op(command: Command) -> Result<Write, Command> {
     Ok(match command {
-        Command::AddService(vs) => Op::AddService(vs),
-        Command::EditService(vs) => Op::UpdateService(vs),
-        Command::DeleteService(key) => Op::DeleteService(key),
-        Command::AddServer(key, rs) => Op::AddDestination(key, rs),
-        Command::EditServer(key, rs) => Op::UpdateDestination(key, rs),
-        Command::DeleteServer(key, addr) => Op::DeleteDestination(key, addr),
+        Command::AddService(vs) => Write::AddService(vs),
+        Command::EditService(vs) => Write::UpdateService(vs),
+        Command::DeleteService(key) => Write::DeleteService(key),
+        Command::AddServer(key, rs) => Write::AddDestination(key, rs),
+        Command::EditServer(key, rs) => Write::UpdateDestination(key, rs),
+        Command::DeleteServer(key, addr) => Write::DeleteDestination(key, addr),
         other => return Err(other),
     })
 }
 
 /// Which libipvs call an operation is, for its messages.
-pub fn kop(op: &Op) -> KOp {
+pub fn kop(op: &Write) -> KOp {
     match op {
-        Op::AddService(_) => KOp::AddService,
-        Op::UpdateService(_) => KOp::EditService,
-        Op::DeleteService(_) => KOp::DelService,
-        Op::AddDestination(..) => KOp::AddDest,
-        Op::UpdateDestination(..) => KOp::EditDest,
-        Op::DeleteDestination(..) => KOp::DelDest,
+        Write::AddService(_) => KOp::AddService,
+        Write::UpdateService(_) => KOp::EditService,
+        Write::DeleteService(_) => KOp::DelService,
+        Write::AddDestination(..) => KOp::AddDest,
+        Write::UpdateDestination(..) => KOp::EditDest,
+        Write::DeleteDestination(..) => KOp::DelDest,
+        _ => KOp::Other,
     }
 }
 
@@ -85,7 +87,7 @@ struct Outcome {
 
 /// Sends the pending operations as one pipelined batch and records their
 /// failures.
-fn send(ipvs: &Handle, pending: &mut Vec<(usize, Op)>, outcome: &mut Outcome) {
+fn send(ipvs: &Handle, pending: &mut Vec<(usize, Write)>, outcome: &mut Outcome) {
     if pending.is_empty() {
         return;
     }
@@ -122,7 +124,7 @@ pub fn run(
     out: &mut String,
 ) -> Result<(), Failure> {
     let mut outcome = Outcome::default();
-    let mut pending: Vec<(usize, Op)> = Vec::new();
+    let mut pending: Vec<(usize, Write)> = Vec::new();
     for (i, (_, step)) in steps.into_iter().enumerate() {
         outcome.last = Some(i);
         let command = match step {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use ipvsctl::Op;
+use ipvsctl::batch::Write;
 use ipvsctl::model::{RealServer, ServiceKey, Timeouts, VirtualServer};
 use ipvsctl::sync::{DesiredError, DesiredState};
 
@@ -200,7 +200,7 @@ pub fn desired_state(d: &Desired) -> Result<DesiredState, Box<DesiredError>> {
 /// error messages. Unlike `-S` lines, real-server lines carry their
 /// thresholds, and firewall marks above `i32::MAX` are written unsigned, so
 /// that the line parses again.
-pub fn op_line(op: &Op) -> String {
+pub fn op_line(op: &Write) -> String {
     let f = Format {
         numeric: true,
         rule: true,
@@ -209,8 +209,8 @@ pub fn op_line(op: &Op) -> String {
     };
     let mut out = String::new();
     match op {
-        Op::AddService(vs) | Op::UpdateService(vs) => {
-            let cmd = if matches!(op, Op::AddService(_)) {
+        Write::AddService(vs) | Write::UpdateService(vs) => {
+            let cmd = if matches!(op, Write::AddService(_)) {
                 "-A"
             } else {
                 "-E"
@@ -223,12 +223,12 @@ pub fn op_line(op: &Op) -> String {
             let line = out.trim_end().strip_prefix("-A").unwrap_or(&out).to_owned();
             return format!("{cmd}{line}");
         }
-        Op::DeleteService(key) => {
+        Write::DeleteService(key) => {
             let vs = VirtualServer::new(*key);
             let _ = write!(out, "-D {}", service_name(&vs, &f, &Numeric));
         }
-        Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
-            let cmd = if matches!(op, Op::AddDestination(..)) {
+        Write::AddDestination(key, rs) | Write::UpdateDestination(key, rs) => {
+            let cmd = if matches!(op, Write::AddDestination(..)) {
                 "-a"
             } else {
                 "-e"
@@ -248,7 +248,7 @@ pub fn op_line(op: &Op) -> String {
                 let _ = write!(out, " -y {}", rs.lower_threshold);
             }
         }
-        Op::DeleteDestination(key, addr) => {
+        Write::DeleteDestination(key, addr) => {
             let vs = VirtualServer::new(*key);
             let _ = write!(
                 out,
@@ -256,6 +256,10 @@ pub fn op_line(op: &Op) -> String {
                 service_name(&vs, &f, &Numeric),
                 super::format::addrport(*addr, ipvsctl::model::Protocol::Tcp, &f, &Numeric)
             );
+        }
+        // A write ipvsadm has no rule for: named as a comment line.
+        other => {
+            let _ = write!(out, "# {}", other.operation());
         }
     }
     out

@@ -189,7 +189,7 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
         );
     }
     for f in r.root_failures() {
-        println!("  failed: {:?}: {}", f.op, f.error);
+        println!("  failed: {:?}: {}", f.write, f.error);
     }
     if let Some(e) = &r.aborted {
         println!("  failed: {e}");

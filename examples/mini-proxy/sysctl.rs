@@ -1,7 +1,7 @@
 //! The IPVS sysctls a proxy depends on, set at start the way kube-proxy's
 //! IPVS mode sets them, through `ipvsctl::sysctl` (in the handle's namespace).
 
-use ipvsctl::KernelVersion;
+use ipvsctl::capabilities::KernelVersion;
 use ipvsctl::sysctl::{self, ArpAnnounce, ArpIgnore, ConnReuseMode, Sysctls, knobs};
 
 /// From this kernel on, `conn_reuse_mode=1` no longer stalls new

@@ -69,12 +69,14 @@ use std::sync::Arc;
 pub use worker::Reply;
 use worker::Worker;
 
+use crate::batch::{BatchMode, BatchReport, Write};
+use crate::capabilities::Capabilities;
 use crate::model::{
     DaemonRole, DestinationSnapshot, Info, RealServer, ServiceKey, ServiceSnapshot, SyncDaemon,
     Timeouts, VirtualServer,
 };
 use crate::sync::{DesiredState, Plan, SyncOptions, SyncReport, Syncer, Verify};
-use crate::{BatchMode, BatchReport, Capabilities, Handle, NetNs, Op, Result};
+use crate::{Handle, NetNs, Result};
 
 /// A [`Handle`] whose operations run on a worker thread of its own and are
 /// awaited (module docs: ordering, cancellation, panics).
@@ -183,7 +185,7 @@ impl AsyncHandle {
 
     /// [`Handle::apply_with`] in `mode`: the whole batch, pipelined, one
     /// report.
-    pub fn apply(&self, ops: Vec<Op>, mode: BatchMode) -> Reply<BatchReport> {
+    pub fn apply(&self, ops: Vec<Write>, mode: BatchMode) -> Reply<BatchReport> {
         self.worker
             .submit(move |h: &mut Arc<Handle>| h.apply_with(ops, mode, |_, _| {}))
     }

@@ -1,17 +1,44 @@
-//! Pipelined batches of write operations.
+//! Pipelined batches of writes to the IPVS table ([`Handle::apply`]).
+//!
+//! The crate names operations with three words, each for one thing:
+//!
+//! * a [`Write`] is a change to the table *with its data* (the virtual or
+//!   real server to add, the key to delete): what a batch sends and what a
+//!   sync plans ([`crate::sync::Plan::writes`]);
+//! * an [`Operation`] is *what was being done* when an
+//!   [`Error`] happened, with only the objects that name it (a service key,
+//!   a real server's address): every error carries one, and
+//!   [`Write::operation`] is the one a write's failure is about;
+//! * [`IpvsCmd`](crate::codec::IpvsCmd) is the generic-netlink command on
+//!   the wire, for the codec.
+//!
+//! A `Write`'s variants are named as the `Operation`s they perform
+//! (`Write::AddService` fails as `Operation::AddService`).
+//!
+//! ```
+//! use ipvsctl::Operation;
+//! use ipvsctl::batch::Write;
+//! use ipvsctl::model::{ServiceKey, VirtualServer};
+//! let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+//! let write = Write::AddService(VirtualServer::new(key));
+//! assert_eq!(write.operation(), Operation::AddService(key));
+//! ```
 
 use std::net::SocketAddr;
 
 use super::dests::dest_target;
 use super::services::new_service_target;
-use super::{Error, Handle, Request, Result, Target, Via};
+use super::{Error, Handle, Operation, Request, Result, Target, Via, describe};
 use crate::codec::{IpvsCmd, IpvsMessage, request};
 use crate::model::{RealServer, ServiceKey, ValidationError, VirtualServer};
 use crate::netlink::Kind;
 
-/// One write operation of a batch.
+/// One change to the IPVS table, with its data: an item of a batch
+/// ([`Handle::apply`]) or of a sync's plan (module docs: how it differs from
+/// [`Operation`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+#[non_exhaustive]
+pub enum Write {
     /// Add a virtual server.
     AddService(VirtualServer),
     /// Change a virtual server's configuration.
@@ -26,51 +53,57 @@ pub enum Op {
     DeleteDestination(ServiceKey, SocketAddr),
 }
 
-impl Op {
+impl Write {
     /// The request for this operation, validated.
     pub fn encode(&self) -> std::result::Result<IpvsMessage, ValidationError> {
         match self {
-            Op::AddService(vs) => request::new_service(vs),
-            Op::UpdateService(vs) => request::set_service(vs),
-            Op::DeleteService(key) => request::del_service(key),
-            Op::AddDestination(key, rs) => request::new_dest(key, rs),
-            Op::UpdateDestination(key, rs) => request::set_dest(key, rs),
-            Op::DeleteDestination(key, addr) => request::del_dest(key, *addr),
+            Write::AddService(vs) => request::new_service(vs),
+            Write::UpdateService(vs) => request::set_service(vs),
+            Write::DeleteService(key) => request::del_service(key),
+            Write::AddDestination(key, rs) => request::new_dest(key, rs),
+            Write::UpdateDestination(key, rs) => request::set_dest(key, rs),
+            Write::DeleteDestination(key, addr) => request::del_dest(key, *addr),
         }
+    }
+
+    /// The operation this write performs, as an [`Error`] about it names
+    /// it (the service and real server, without the settings).
+    pub fn operation(&self) -> Operation {
+        describe(self.cmd(), &self.target())
     }
 
     /// The command of the operation's request.
     pub(crate) fn cmd(&self) -> IpvsCmd {
         match self {
-            Op::AddService(_) => IpvsCmd::NewService,
-            Op::UpdateService(_) => IpvsCmd::SetService,
-            Op::DeleteService(_) => IpvsCmd::DelService,
-            Op::AddDestination(..) => IpvsCmd::NewDest,
-            Op::UpdateDestination(..) => IpvsCmd::SetDest,
-            Op::DeleteDestination(..) => IpvsCmd::DelDest,
+            Write::AddService(_) => IpvsCmd::NewService,
+            Write::UpdateService(_) => IpvsCmd::SetService,
+            Write::DeleteService(_) => IpvsCmd::DelService,
+            Write::AddDestination(..) => IpvsCmd::NewDest,
+            Write::UpdateDestination(..) => IpvsCmd::SetDest,
+            Write::DeleteDestination(..) => IpvsCmd::DelDest,
         }
     }
 
     /// The virtual server the operation acts on (or belongs to).
     pub(crate) fn key(&self) -> ServiceKey {
         match self {
-            Op::AddService(vs) | Op::UpdateService(vs) => vs.key,
-            Op::DeleteService(k)
-            | Op::AddDestination(k, _)
-            | Op::UpdateDestination(k, _)
-            | Op::DeleteDestination(k, _) => *k,
+            Write::AddService(vs) | Write::UpdateService(vs) => vs.key,
+            Write::DeleteService(k)
+            | Write::AddDestination(k, _)
+            | Write::UpdateDestination(k, _)
+            | Write::DeleteDestination(k, _) => *k,
         }
     }
 
     /// What a failure of the operation is described with.
     pub(crate) fn target(&self) -> Target {
         match self {
-            Op::AddService(vs) | Op::UpdateService(vs) => new_service_target(vs),
-            Op::DeleteService(key) => Target::Service(*key),
-            Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
+            Write::AddService(vs) | Write::UpdateService(vs) => new_service_target(vs),
+            Write::DeleteService(key) => Target::Service(*key),
+            Write::AddDestination(key, rs) | Write::UpdateDestination(key, rs) => {
                 dest_target(key, rs.addr)
             }
-            Op::DeleteDestination(key, addr) => dest_target(key, *addr),
+            Write::DeleteDestination(key, addr) => dest_target(key, *addr),
         }
     }
 }
@@ -128,20 +161,21 @@ impl Handle {
     /// and does not stop the others; neither does a kernel error.
     ///
     /// ```no_run
-    /// use ipvsctl::{Handle, Op};
+    /// use ipvsctl::Handle;
+    /// use ipvsctl::batch::Write;
     /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
     /// let ipvs = Handle::new()?;
     /// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
     /// let report = ipvs.apply([
-    ///     Op::AddService(VirtualServer::new(key)),
-    ///     Op::AddDestination(key, RealServer::new("10.244.0.2:6443".parse().unwrap())),
+    ///     Write::AddService(VirtualServer::new(key)),
+    ///     Write::AddDestination(key, RealServer::new("10.244.0.2:6443".parse().unwrap())),
     /// ]);
     /// assert!(report.is_ok(), "{:?} {:?}", report.failed, report.aborted);
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn apply<I>(&self, ops: I) -> BatchReport
     where
-        I: IntoIterator<Item = Op>,
+        I: IntoIterator<Item = Write>,
     {
         self.apply_with(ops, BatchMode::Pipelined, |_, _| {})
     }
@@ -159,7 +193,7 @@ impl Handle {
     /// not sent. Operations refused by validation are reported last.
     pub fn apply_with<I, F>(&self, ops: I, mode: BatchMode, mut on_result: F) -> BatchReport
     where
-        I: IntoIterator<Item = Op>,
+        I: IntoIterator<Item = Write>,
         F: FnMut(usize, &Result<()>),
     {
         let mut report = BatchReport::default();
@@ -222,5 +256,47 @@ impl Handle {
         }
         report.failed.sort_by_key(|(i, _)| *i);
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_write_performs_the_operation_of_its_name() {
+        let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
+        let server: SocketAddr = "10.244.0.2:6443".parse().unwrap();
+        let vs = VirtualServer::new(key);
+        let rs = RealServer::new(server);
+        let cases = [
+            (Write::AddService(vs.clone()), Operation::AddService(key)),
+            (Write::UpdateService(vs), Operation::UpdateService(key)),
+            (Write::DeleteService(key), Operation::DeleteService(key)),
+            (
+                Write::AddDestination(key, rs),
+                Operation::AddDestination {
+                    service: key,
+                    server,
+                },
+            ),
+            (
+                Write::UpdateDestination(key, rs),
+                Operation::UpdateDestination {
+                    service: key,
+                    server,
+                },
+            ),
+            (
+                Write::DeleteDestination(key, server),
+                Operation::DeleteDestination {
+                    service: key,
+                    server,
+                },
+            ),
+        ];
+        for (write, operation) in cases {
+            assert_eq!(write.operation(), operation, "{write:?}");
+        }
     }
 }

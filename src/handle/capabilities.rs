@@ -7,6 +7,7 @@
 //! says what is there, and [`Capabilities::check_service`] /
 //! [`Capabilities::check_destination`] turn a request this kernel would
 //! ignore or refuse into [`Error::KernelLacks`] before it is sent.
+//! [`Handle::capabilities`] finds them out.
 
 use std::fmt;
 
@@ -33,7 +34,7 @@ const DEST_SAMPLE: usize = 8;
 /// from the kernel's own answers always takes precedence ([`Support`]).
 ///
 /// ```
-/// use ipvsctl::KernelVersion;
+/// use ipvsctl::capabilities::KernelVersion;
 /// let v = KernelVersion::parse("6.1.0-18-amd64").unwrap();
 /// assert_eq!(v, KernelVersion::new(6, 1, 0));
 /// assert!(v < KernelVersion::new(6, 7, 0));

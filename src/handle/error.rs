@@ -192,8 +192,8 @@ pub enum Error {
         what: String,
     },
     /// Refused before anything was sent, by
-    /// [`crate::Capabilities::check_service`] or
-    /// [`crate::Capabilities::check_destination`]: the running kernel lacks
+    /// [`crate::capabilities::Capabilities::check_service`] or
+    /// [`crate::capabilities::Capabilities::check_destination`]: the running kernel lacks
     /// a feature the request needs, and would refuse or silently ignore it.
     #[error("kernel {kernel} has no {feature}: {reason}")]
     KernelLacks {

@@ -6,17 +6,14 @@
 //! itself: this module is private and only its re-exports are documented.
 
 mod admin;
-mod batch;
-mod capabilities;
+pub mod batch;
+pub mod capabilities;
 mod dests;
 mod error;
 mod lane;
 mod overlap;
 mod services;
 
-pub use batch::{BatchMode, BatchReport, Op};
-
-pub use capabilities::{Availability, Capabilities, KernelVersion, Support};
 pub use error::{Error, Operation, Result};
 pub(crate) use error::{Target, describe};
 

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-
 /// How long a killed program gets to be reaped and to close its output
 /// before it is given up on.
 const AFTER_KILL: Duration = Duration::from_millis(500);

@@ -8,8 +8,9 @@ use std::borrow::Borrow;
 use super::read;
 use super::state::ObservedDest;
 use super::wire::Writer;
+use crate::batch::Write;
 use crate::model::{ServiceKey, VirtualServer};
-use crate::{Error, Handle, Op, Operation, Result};
+use crate::{Error, Handle, Operation, Result};
 
 /// The reads and writes of a sync.
 pub(crate) trait Kernel {
@@ -36,7 +37,7 @@ pub(crate) trait Kernel {
     /// unknown outcomes).
     fn write(
         &mut self,
-        ops: &[Op],
+        ops: &[Write],
         one_by_one: bool,
         on_result: impl FnMut(usize, std::result::Result<(), Error>),
     ) -> std::result::Result<(), Error>;
@@ -84,7 +85,7 @@ impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
 
     fn write(
         &mut self,
-        ops: &[Op],
+        ops: &[Write],
         one_by_one: bool,
         on_result: impl FnMut(usize, std::result::Result<(), Error>),
     ) -> std::result::Result<(), Error> {

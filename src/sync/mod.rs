@@ -7,7 +7,7 @@
 //!   with its real servers, validated on insertion;
 //! * [`Observed`] — the kernel's state as read, or as remembered from what
 //!   was applied and acknowledged;
-//! * [`plan()`] — pure code: the ordered [`Op`](crate::Op)s (service adds
+//! * [`plan()`] — pure code: the ordered [`Write`](crate::batch::Write)s (service adds
 //!   and updates before their real servers, service deletes last) that turn
 //!   the managed part of the observed state into the desired one, within a
 //!   [`Scope`], with optional graceful termination ([`PlanOptions`]);

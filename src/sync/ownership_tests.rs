@@ -33,9 +33,10 @@ use super::ledger::{Ledger, Ownership};
 use super::state::ObservedDest;
 use super::syncer::Core;
 use super::{DesiredState, SyncOptions, Verify};
+use crate::batch::Write;
 use crate::handle::describe;
 use crate::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
-use crate::{Error, Op, Operation, Result};
+use crate::{Error, Operation, Result};
 
 const KEYS: u8 = 6;
 
@@ -109,19 +110,19 @@ impl World {
     }
 
     /// Applies one operation as IPVS does.
-    fn apply(&mut self, op: &Op) -> std::result::Result<(), Error> {
+    fn apply(&mut self, op: &Write) -> std::result::Result<(), Error> {
         let what = describe(op.cmd(), &op.target());
         let k = op.key();
         let entry = self.table.get_mut(&k);
-        if let (Some(e), false) = (&entry, matches!(op, Op::AddService(_)))
+        if let (Some(e), false) = (&entry, matches!(op, Write::AddService(_)))
             && !e.by_agent
         {
             self.violations
                 .push(format!("{op:?} on another tool's service"));
         }
         match (op, entry) {
-            (Op::AddService(_), Some(_)) => Err(Error::ServiceExists { op: what, key: k }),
-            (Op::AddService(vs), None) => {
+            (Write::AddService(_), Some(_)) => Err(Error::ServiceExists { op: what, key: k }),
+            (Write::AddService(vs), None) => {
                 let entry = Entry {
                     vs: vs.clone(),
                     dests: BTreeMap::new(),
@@ -131,15 +132,15 @@ impl World {
                 Ok(())
             }
             (_, None) => Err(Error::ServiceNotFound { op: what, key: k }),
-            (Op::UpdateService(vs), Some(e)) => {
+            (Write::UpdateService(vs), Some(e)) => {
                 e.vs = vs.clone();
                 Ok(())
             }
-            (Op::DeleteService(_), Some(_)) => {
+            (Write::DeleteService(_), Some(_)) => {
                 self.table.remove(&k);
                 Ok(())
             }
-            (Op::AddDestination(_, rs), Some(e)) => {
+            (Write::AddDestination(_, rs), Some(e)) => {
                 if e.dests.contains_key(&rs.addr) {
                     return Err(Error::DestinationExists {
                         op: what,
@@ -150,7 +151,7 @@ impl World {
                 e.dests.insert(rs.addr, *rs);
                 Ok(())
             }
-            (Op::UpdateDestination(_, rs), Some(e)) => match e.dests.get_mut(&rs.addr) {
+            (Write::UpdateDestination(_, rs), Some(e)) => match e.dests.get_mut(&rs.addr) {
                 Some(d) => {
                     *d = *rs;
                     Ok(())
@@ -161,7 +162,7 @@ impl World {
                     server: rs.addr,
                 }),
             },
-            (Op::DeleteDestination(_, addr), Some(e)) => match e.dests.remove(addr) {
+            (Write::DeleteDestination(_, addr), Some(e)) => match e.dests.remove(addr) {
                 Some(_) => Ok(()),
                 None => Err(Error::DestinationNotFound {
                     op: what,
@@ -248,7 +249,7 @@ impl Kernel for Table {
 
     fn write(
         &mut self,
-        ops: &[Op],
+        ops: &[Write],
         _one_by_one: bool,
         mut on_result: impl FnMut(usize, std::result::Result<(), Error>),
     ) -> std::result::Result<(), Error> {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::state::{DesiredService, DesiredState, Observed, ObservedDest, ObservedService};
-use crate::Op;
+use crate::batch::Write;
 use crate::model::{Protocol, RealServer, ServiceKey};
 
 /// Which services of the namespace a sync manages.
@@ -159,19 +159,19 @@ pub struct PlanCounts {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Plan {
-    /// The operations, in the order they must be sent.
-    pub ops: Vec<Op>,
+    /// The writes, in the order they must be sent.
+    pub writes: Vec<Write>,
     /// What they do.
     pub counts: PlanCounts,
     /// The adds of services the scope does not already include (claims),
-    /// when planned apart from `ops` for a syncer, which sends them first.
-    pub(crate) claims: Vec<Op>,
+    /// when planned apart from `writes` for a syncer, which sends them first.
+    pub(crate) claims: Vec<Write>,
 }
 
 impl Plan {
     /// Whether the plan does nothing.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.writes.is_empty()
     }
 }
 
@@ -184,7 +184,7 @@ impl Plan {
 ///
 /// ```
 /// use std::collections::HashSet;
-/// use ipvsctl::Op;
+/// use ipvsctl::batch::Write;
 /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
 /// use ipvsctl::sync::{self, DesiredState, Observed, PlanOptions, Scope};
 ///
@@ -194,7 +194,7 @@ impl Plan {
 /// desired.insert(VirtualServer::new(key), [rs]).unwrap();
 /// let plan = sync::plan(&desired, &Observed::new(), &Scope::Owned, &HashSet::new(),
 ///                       PlanOptions::default());
-/// assert_eq!(plan.ops, vec![Op::AddService(VirtualServer::new(key)), Op::AddDestination(key, rs)]);
+/// assert_eq!(plan.writes, vec![Write::AddService(VirtualServer::new(key)), Write::AddDestination(key, rs)]);
 /// ```
 pub fn plan(
     desired: &DesiredState,
@@ -233,10 +233,10 @@ pub(crate) fn plan_ordered(
         let services = desired.len();
         let dests = desired.destination_count();
         match order {
-            Order::Documented => p.ops.reserve(services + dests),
+            Order::Documented => p.writes.reserve(services + dests),
             Order::ClaimsApart => {
                 p.claims.reserve(services);
-                p.ops.reserve(dests);
+                p.writes.reserve(dests);
             }
         }
     }
@@ -258,7 +258,7 @@ pub(crate) fn plan_ordered(
     };
     gone.sort_unstable();
     p.counts.services.deleted = gone.len();
-    p.ops.extend(gone.into_iter().map(Op::DeleteService));
+    p.writes.extend(gone.into_iter().map(Write::DeleteService));
     p
 }
 
@@ -270,7 +270,7 @@ pub(crate) fn plan_ordered(
 ///
 /// ```
 /// use std::collections::HashSet;
-/// use ipvsctl::Op;
+/// use ipvsctl::batch::Write;
 /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
 /// use ipvsctl::sync::{self, DesiredState, Observed, PlanOptions, Scope};
 ///
@@ -281,7 +281,7 @@ pub(crate) fn plan_ordered(
 /// desired.insert(VirtualServer::new(b), []).unwrap();
 /// let plan = sync::plan_services(&desired, &Observed::new(), &[b], &Scope::Owned,
 ///                                &HashSet::new(), PlanOptions::default());
-/// assert_eq!(plan.ops, vec![Op::AddService(VirtualServer::new(b))]);
+/// assert_eq!(plan.writes, vec![Write::AddService(VirtualServer::new(b))]);
 /// ```
 pub fn plan_services(
     desired: &DesiredState,
@@ -337,7 +337,7 @@ pub(crate) fn plan_services_ordered(
     }
     gone.sort_unstable();
     p.counts.services.deleted = gone.len();
-    p.ops.extend(gone.into_iter().map(Op::DeleteService));
+    p.writes.extend(gone.into_iter().map(Write::DeleteService));
     p
 }
 
@@ -357,15 +357,15 @@ fn plan_service(
     let key = vs.key;
     match observed.get(&key) {
         None => {
-            let add = Op::AddService(vs.clone());
+            let add = Write::AddService(vs.clone());
             if claims.includes(&key) {
                 p.claims.push(add);
             } else {
-                p.ops.push(add);
+                p.writes.push(add);
             }
             p.counts.services.added += 1;
             for rs in ds.destinations() {
-                p.ops.push(Op::AddDestination(key, *rs));
+                p.writes.push(Write::AddDestination(key, *rs));
             }
             p.counts.destinations.added += ds.destinations().len();
             false
@@ -374,7 +374,7 @@ fn plan_service(
             if os.service == *vs {
                 p.counts.services.unchanged += 1;
             } else {
-                p.ops.push(Op::UpdateService(vs.clone()));
+                p.writes.push(Write::UpdateService(vs.clone()));
                 p.counts.services.updated += 1;
             }
             diff_dests(p, key, ds.destinations(), os, options);
@@ -430,19 +430,19 @@ fn diff_dests(
                 if *w == h.server {
                     p.counts.destinations.unchanged += 1;
                 } else {
-                    updates.push(Op::UpdateDestination(key, *w));
+                    updates.push(Write::UpdateDestination(key, *w));
                     p.counts.destinations.updated += 1;
                 }
                 i += 1;
                 j += 1;
             }
             (Some(w), Some(h)) if w.addr < h.server.addr => {
-                adds.push(Op::AddDestination(key, *w));
+                adds.push(Write::AddDestination(key, *w));
                 p.counts.destinations.added += 1;
                 i += 1;
             }
             (Some(w), None) => {
-                adds.push(Op::AddDestination(key, *w));
+                adds.push(Write::AddDestination(key, *w));
                 p.counts.destinations.added += 1;
                 i += 1;
             }
@@ -453,23 +453,23 @@ fn diff_dests(
             (None, None) => break,
         }
     }
-    p.ops.append(&mut updates);
-    p.ops.append(&mut adds);
+    p.writes.append(&mut updates);
+    p.writes.append(&mut adds);
 }
 
 /// A real server that is not desired: delete it, or drain it first.
 fn remove_dest(p: &mut Plan, key: ServiceKey, h: &ObservedDest, options: PlanOptions) {
     if !drains(&key, options) {
-        p.ops.push(Op::DeleteDestination(key, h.server.addr));
+        p.writes.push(Write::DeleteDestination(key, h.server.addr));
         p.counts.destinations.deleted += 1;
         return;
     }
     let idle = h.conns.is_some_and(|c| c.active == 0 && c.inactive == 0);
     if idle {
-        p.ops.push(Op::DeleteDestination(key, h.server.addr));
+        p.writes.push(Write::DeleteDestination(key, h.server.addr));
         p.counts.destinations.deleted += 1;
     } else if h.server.weight != 0 {
-        p.ops.push(Op::UpdateDestination(
+        p.writes.push(Write::UpdateDestination(
             key,
             RealServer {
                 weight: 0,
@@ -535,16 +535,15 @@ mod tests {
                 let apart = plan(Order::ClaimsApart);
                 assert!(documented.claims.is_empty());
                 assert_eq!(apart.counts, documented.counts);
-                let is_claim =
-                    |op: &Op| matches!(op, Op::AddService(vs) if !scope.includes(&vs.key, &owned));
-                let claims: Vec<Op> = documented
-                    .ops
+                let is_claim = |op: &Write| matches!(op, Write::AddService(vs) if !scope.includes(&vs.key, &owned));
+                let claims: Vec<Write> = documented
+                    .writes
                     .iter()
                     .filter(|o| is_claim(o))
                     .cloned()
                     .collect();
-                let rest: Vec<Op> = documented
-                    .ops
+                let rest: Vec<Write> = documented
+                    .writes
                     .iter()
                     .filter(|o| !is_claim(o))
                     .cloned()
@@ -556,7 +555,7 @@ mod tests {
                     assert_eq!(claims.len(), want);
                 }
                 assert_eq!(apart.claims, claims);
-                assert_eq!(apart.ops, rest);
+                assert_eq!(apart.writes, rest);
             }
         }
     }

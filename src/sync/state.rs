@@ -5,7 +5,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
-use crate::Op;
+use crate::batch::Write;
 use crate::model::{
     ConnCounts, DestinationSnapshot, RealServer, ServiceKey, ValidationError, VirtualServer,
     validate_destination,
@@ -577,36 +577,36 @@ impl Observed {
     /// servers of a service that is not here change nothing.
     ///
     /// ```
-    /// use ipvsctl::Op;
+    /// use ipvsctl::batch::Write;
     /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
     /// use ipvsctl::sync::Observed;
     ///
     /// let key = ServiceKey::tcp("10.96.0.1:443".parse().unwrap());
     /// let rs = RealServer::new("10.244.0.2:6443".parse().unwrap());
     /// let mut observed = Observed::new();
-    /// observed.apply(&Op::AddService(VirtualServer::new(key)));
-    /// observed.apply(&Op::AddDestination(key, rs));
+    /// observed.apply(&Write::AddService(VirtualServer::new(key)));
+    /// observed.apply(&Write::AddDestination(key, rs));
     /// assert_eq!(observed.get(&key).unwrap().destinations()[0].server, rs);
     /// ```
-    pub fn apply(&mut self, op: &Op) {
+    pub fn apply(&mut self, op: &Write) {
         self.apply_with_room(op, || 0);
     }
 
     /// [`Observed::apply`], making room for `room()` real servers in a
     /// service's list when a real server is added to a list with no room
     /// yet (`room` is called then only).
-    pub(crate) fn apply_with_room(&mut self, op: &Op, room: impl FnOnce() -> usize) {
+    pub(crate) fn apply_with_room(&mut self, op: &Write, room: impl FnOnce() -> usize) {
         match op {
-            Op::AddService(vs) => self.insert(ObservedService::new(vs.clone(), [])),
-            Op::UpdateService(vs) => {
+            Write::AddService(vs) => self.insert(ObservedService::new(vs.clone(), [])),
+            Write::UpdateService(vs) => {
                 if let Some(m) = self.get_mut(&vs.key) {
                     m.service = vs.clone();
                 }
             }
-            Op::DeleteService(k) => {
+            Write::DeleteService(k) => {
                 self.remove(k);
             }
-            Op::AddDestination(k, rs) | Op::UpdateDestination(k, rs) => {
+            Write::AddDestination(k, rs) | Write::UpdateDestination(k, rs) => {
                 if let Some(m) = self.get_mut(k) {
                     m.reserve_if_empty(room);
                     m.upsert(ObservedDest {
@@ -615,7 +615,7 @@ impl Observed {
                     });
                 }
             }
-            Op::DeleteDestination(k, addr) => {
+            Write::DeleteDestination(k, addr) => {
                 if let Some(m) = self.get_mut(k) {
                     m.remove(addr);
                 }

@@ -12,8 +12,9 @@ use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership
 use super::plan::{self, Counts, Order, Plan, PlanCounts, PlanOptions, Scope};
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
+use crate::batch::{BatchMode, Write};
 use crate::model::{ServiceKey, VirtualServer};
-use crate::{BatchMode, Error, Handle, Op, Operation, Result};
+use crate::{Error, Handle, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,7 +78,7 @@ impl ServiceCheck {
 /// methods (`#[non_exhaustive]`, so settings can be added).
 ///
 /// ```
-/// use ipvsctl::BatchMode;
+/// use ipvsctl::batch::BatchMode;
 /// use ipvsctl::sync::{PlanOptions, Scope, SyncOptions};
 /// let options = SyncOptions::default()
 ///     .with_scope(Scope::All)
@@ -167,12 +168,13 @@ impl SyncOptions {
     }
 }
 
-/// An operation of a sync that failed, with its typed error.
+/// A write of a sync that failed, with its typed error (whose
+/// [`Error::operation`] is the write's [`Write::operation`]).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct SyncFailure {
-    /// The operation.
-    pub op: Op,
+    /// The write.
+    pub write: Write,
     /// Why.
     pub error: Error,
 }
@@ -264,16 +266,16 @@ impl SyncReport {
         let failed_services: HashSet<ServiceKey> = self
             .failed
             .iter()
-            .filter_map(|f| match &f.op {
-                Op::AddService(vs) => Some(vs.key),
+            .filter_map(|f| match &f.write {
+                Write::AddService(vs) => Some(vs.key),
                 _ => None,
             })
             .collect();
         self.failed.iter().filter(move |f| {
             !matches!(
-                (&f.op, &f.error),
+                (&f.write, &f.error),
                 (
-                    Op::AddDestination(k, _) | Op::UpdateDestination(k, _),
+                    Write::AddDestination(k, _) | Write::UpdateDestination(k, _),
                     Error::ServiceNotFound { .. }
                 ) if failed_services.contains(k)
             )
@@ -966,7 +968,7 @@ impl Core {
     ) -> Result<Vec<ServiceKey>> {
         // Planned apart from the rest (`Order::ClaimsApart`).
         let claims = std::mem::take(&mut plan.claims);
-        let mut rest = std::mem::take(&mut plan.ops);
+        let mut rest = std::mem::take(&mut plan.writes);
         let services = plan.counts.services;
         // A plan that touches real servers only needs no save ahead of it:
         // the ledger's changes (services seen gone) are saved after it.
@@ -1021,19 +1023,19 @@ impl Core {
     /// not sent; `Err`: it failed before anything was written.
     fn record_ahead(
         &mut self,
-        claims: &[Op],
-        rest: &[Op],
+        claims: &[Write],
+        rest: &[Write],
         report: &mut SyncReport,
     ) -> Result<bool> {
         self.ledger.reserve_claims(claims.len());
         for op in claims {
-            if let Op::AddService(vs) = op {
+            if let Write::AddService(vs) = op {
                 self.ledger.claim(vs);
             }
         }
         // Service deletes come last in a plan.
         let deletes = rest.iter().rev().map_while(|op| match op {
-            Op::DeleteService(key) => Some(key),
+            Write::DeleteService(key) => Some(key),
             _ => None,
         });
         for key in deletes {
@@ -1048,8 +1050,8 @@ impl Core {
         // taken back, so the ledger says what the kernel has.
         for op in claims.iter().chain(rest) {
             match op {
-                Op::AddService(vs) => self.ledger.withdraw(&vs.key),
-                Op::DeleteService(key) => self.ledger.withdraw(key),
+                Write::AddService(vs) => self.ledger.withdraw(&vs.key),
+                Write::DeleteService(key) => self.ledger.withdraw(key),
                 _ => {}
             }
         }
@@ -1064,7 +1066,7 @@ impl Core {
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
-        ops: &[Op],
+        ops: &[Write],
         report: &mut SyncReport,
         pass: Pass,
         broken: &mut HashSet<ServiceKey>,
@@ -1088,12 +1090,12 @@ impl Core {
                     (Some(op), Ok(())) => {
                         remember(memory, ledger, op, desired);
                         match op {
-                            Op::AddService(_) => services.added += 1,
-                            Op::UpdateService(_) => services.updated += 1,
-                            Op::DeleteService(_) => services.deleted += 1,
-                            Op::AddDestination(..) => dests.added += 1,
-                            Op::UpdateDestination(..) => dests.updated += 1,
-                            Op::DeleteDestination(..) => dests.deleted += 1,
+                            Write::AddService(_) => services.added += 1,
+                            Write::UpdateService(_) => services.updated += 1,
+                            Write::DeleteService(_) => services.deleted += 1,
+                            Write::AddDestination(..) => dests.added += 1,
+                            Write::UpdateDestination(..) => dests.updated += 1,
+                            Write::DeleteDestination(..) => dests.deleted += 1,
                         }
                     }
                     (_, Err(e)) => failed.push((index, e)),
@@ -1111,7 +1113,7 @@ impl Core {
             // Adds not answered stay claimed: their real servers are not
             // sent, and the next sync reads them.
             for op in ops.iter().skip(answered) {
-                if let Op::AddService(vs) = op
+                if let Write::AddService(vs) = op
                     && matches!(self.ledger.get(&vs.key), Some(Ownership::Claiming(_)))
                 {
                     applied.withheld.push(vs.key);
@@ -1123,7 +1125,7 @@ impl Core {
         // Services whose creation or update failed for a reason a retry
         // cannot fix: their real-server failures follow from it.
         broken.extend(failed.iter().filter_map(|(i, e)| match ops.get(*i) {
-            Some(Op::AddService(vs) | Op::UpdateService(vs)) if !healable(e) => Some(vs.key),
+            Some(Write::AddService(vs) | Write::UpdateService(vs)) if !healable(e) => Some(vs.key),
             _ => None,
         }));
         let mut retry = HashSet::new();
@@ -1134,7 +1136,7 @@ impl Core {
             };
             let key = op.key();
             match op {
-                Op::AddService(_)
+                Write::AddService(_)
                     if matches!(self.ledger.get(&key), Some(Ownership::Claiming(_))) =>
                 {
                     applied.withheld.push(key);
@@ -1144,7 +1146,7 @@ impl Core {
                         // Not created: nothing to own.
                         ClaimOutcome::Refused | ClaimOutcome::Created => {
                             report.failed.push(SyncFailure {
-                                op: op.clone(),
+                                write: op.clone(),
                                 error,
                             });
                         }
@@ -1154,19 +1156,19 @@ impl Core {
                         ClaimOutcome::Unknown => {
                             self.stale.insert(key);
                             report.failed.push(SyncFailure {
-                                op: op.clone(),
+                                write: op.clone(),
                                 error,
                             });
                         }
                     }
                     continue;
                 }
-                Op::DeleteService(_) => self.ledger.settle_release(&key, Err(&error)),
+                Write::DeleteService(_) => self.ledger.settle_release(&key, Err(&error)),
                 _ => {}
             }
             self.stale.insert(key);
             let failure = SyncFailure {
-                op: op.clone(),
+                write: op.clone(),
                 error,
             };
             if pass == Pass::First && healable(&failure.error) && !broken.contains(&key) {
@@ -1424,7 +1426,7 @@ const DEFAULT_PART_SIZE: NonZeroUsize = NonZeroUsize::new(1 << 17).unwrap();
 /// split off first, so that each operation is moved once and the room it
 /// leaves is given back at once. A plan of one part (every sync of a few
 /// changes) is handed back as it is, without allocating.
-fn into_parts(mut ops: Vec<Op>, size: NonZeroUsize) -> impl Iterator<Item = Vec<Op>> {
+fn into_parts(mut ops: Vec<Write>, size: NonZeroUsize) -> impl Iterator<Item = Vec<Write>> {
     let size = size.get();
     let mut later = Vec::new();
     while ops.len() > size {
@@ -1442,7 +1444,7 @@ fn healable(e: &Error) -> bool {
 }
 
 /// Records an acknowledged operation in memory and the ledger.
-fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Op, desired: &DesiredState) {
+fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &DesiredState) {
     // Room for a service's desired real servers is made with the first one:
     // grown one add at a time, a list of ten would take room for sixteen.
     // Made no sooner: a cold sync holds the real servers still to send
@@ -1454,8 +1456,8 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Op, desired: &Desir
     });
     match op {
         // Created by this syncer: its own (a claim settled).
-        Op::AddService(vs) => ledger.insert_owned(vs.key),
-        Op::DeleteService(k) => ledger.settle_release(k, Ok(())),
+        Write::AddService(vs) => ledger.insert_owned(vs.key),
+        Write::DeleteService(k) => ledger.settle_release(k, Ok(())),
         _ => {}
     }
 }
@@ -1464,10 +1466,10 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Op, desired: &Desir
 mod tests {
     use super::*;
 
-    fn ops(n: usize) -> Vec<Op> {
+    fn ops(n: usize) -> Vec<Write> {
         (0..n)
             .map(|i| {
-                Op::DeleteService(ServiceKey::fwmark(
+                Write::DeleteService(ServiceKey::fwmark(
                     i as u32 + 1,
                     crate::model::AddressFamily::Inet,
                 ))
@@ -1479,21 +1481,21 @@ mod tests {
     fn parts_keep_every_operation_once_in_order() {
         let size = DEFAULT_PART_SIZE.get();
         for n in [0, 1, size, size + 1, 2 * size + 5] {
-            let parts: Vec<Vec<Op>> = into_parts(ops(n), DEFAULT_PART_SIZE).collect();
+            let parts: Vec<Vec<Write>> = into_parts(ops(n), DEFAULT_PART_SIZE).collect();
             let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
             assert!(sizes.iter().all(|&s| s <= size), "{n}: {sizes:?}");
             assert_eq!(sizes.iter().sum::<usize>(), n);
             assert_eq!(parts.len(), n.div_ceil(size).max(1), "{n}");
-            let joined: Vec<Op> = parts.into_iter().flatten().collect();
+            let joined: Vec<Write> = parts.into_iter().flatten().collect();
             assert!(joined == ops(n), "{n}: reordered");
         }
         let three = NonZeroUsize::new(3).unwrap();
         for n in [0, 1, 3, 4, 7, 9] {
-            let parts: Vec<Vec<Op>> = into_parts(ops(n), three).collect();
+            let parts: Vec<Vec<Write>> = into_parts(ops(n), three).collect();
             let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
             assert!(sizes.iter().all(|&s| s <= 3), "{n}: {sizes:?}");
             assert_eq!(parts.len(), n.div_ceil(3).max(1), "{n}");
-            let joined: Vec<Op> = parts.into_iter().flatten().collect();
+            let joined: Vec<Write> = parts.into_iter().flatten().collect();
             assert!(joined == ops(n), "{n}: reordered");
         }
     }

@@ -12,7 +12,7 @@
 //! 177 ms instead of 307 ms).
 //!
 //! This is the crate's second route from an IPVS operation to its bytes,
-//! kept because it is measured to pay; the first is `Op::encode` and
+//! kept because it is measured to pay; the first is `Write::encode` and
 //! `frame::encode_request`, which `Handle::apply` uses. The bytes are
 //! exactly the first route's (a unit test below checks every operation
 //! kind), and they cannot disagree on an attribute: only the netlink
@@ -20,7 +20,7 @@
 //! their bytes come from `codec::request::write_*`, the same code the
 //! request builders use. Building the generic message values costs five
 //! times the direct write: `benches/codec.rs` ("encode routes") put 10,000
-//! `NEW_DEST` operations through `Op::encode` at 5.2 times the direct
+//! `NEW_DEST` operations through `Write::encode` at 5.2 times the direct
 //! writer's time (median of 21 alternating rounds, spread 1.9 to 8.6, on a
 //! shared host; about 5.9 ms against 1.0 ms), and under emulation that
 //! difference is as large as the kernel's own work.
@@ -28,6 +28,8 @@
 use std::io;
 use std::sync::mpsc;
 
+use crate::Error;
+use crate::batch::Write;
 use crate::codec::attr::{begin_nest, end_nest};
 use crate::codec::consts::{FAMILY_VERSION, cmd_attr};
 use crate::codec::frame;
@@ -36,33 +38,32 @@ use crate::handle::outcome;
 use crate::netlink::Failure;
 use crate::netlink::pipeline::{Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged};
 use crate::netlink::{DumpSize, NlSocket, Protocol, drive};
-use crate::{Error, Op};
 
 /// Appends one request for `op` with the header flags `flags`
 /// (`NLM_F_REQUEST` is always set). The operation must be valid (plan
 /// operations are: desired values are validated on insertion, deletes name
 /// objects the kernel reported).
-pub(crate) fn encode(out: &mut Vec<u8>, op: &Op, family: u16, seq: u32, flags: u16) {
+pub(crate) fn encode(out: &mut Vec<u8>, op: &Write, family: u16, seq: u32, flags: u16) {
     let start =
         frame::push_request_header(out, family, flags, seq, op.cmd().to_raw(), FAMILY_VERSION);
     let svc = begin_nest(out, cmd_attr::SERVICE);
     match op {
-        Op::AddService(vs) | Op::UpdateService(vs) => {
+        Write::AddService(vs) | Write::UpdateService(vs) => {
             request::write_service_attrs(out, vs);
             end_nest(out, svc);
         }
-        Op::DeleteService(key) => {
+        Write::DeleteService(key) => {
             request::write_key_attrs(out, key);
             end_nest(out, svc);
         }
-        Op::AddDestination(key, rs) | Op::UpdateDestination(key, rs) => {
+        Write::AddDestination(key, rs) | Write::UpdateDestination(key, rs) => {
             request::write_key_attrs(out, key);
             end_nest(out, svc);
             let d = begin_nest(out, cmd_attr::DEST);
             request::write_dest_attrs(out, rs);
             end_nest(out, d);
         }
-        Op::DeleteDestination(key, addr) => {
+        Write::DeleteDestination(key, addr) => {
             request::write_key_attrs(out, key);
             end_nest(out, svc);
             let d = begin_nest(out, cmd_attr::DEST);
@@ -123,7 +124,7 @@ impl Writer {
     /// answers, so the library's own work hides behind the kernel's.
     pub(crate) fn send(
         &mut self,
-        ops: &[Op],
+        ops: &[Write],
         one_by_one: bool,
         mut on_result: impl FnMut(usize, Result<(), Error>),
     ) -> io::Result<Sent> {
@@ -306,7 +307,7 @@ fn ramped(ramp: usize, left: usize, max_batch: usize) -> usize {
 fn stage(
     staged: &mut Staged<usize, ()>,
     buf: &mut Vec<u8>,
-    ops: &[Op],
+    ops: &[Write],
     mut next: usize,
     count: usize,
     family: u16,
@@ -330,7 +331,7 @@ fn stage(
 
 /// Hands one answer to `on_result` as the result of `ops[index]`.
 fn report_one(
-    ops: &[Op],
+    ops: &[Write],
     index: usize,
     reply: Reply<()>,
     on_result: &mut impl FnMut(usize, Result<(), Error>),
@@ -355,7 +356,7 @@ mod tests {
     use crate::model::{ServiceKey, VirtualServer};
     use std::net::SocketAddr;
 
-    fn check(op: Op) {
+    fn check(op: Write) {
         let mut fast = Vec::new();
         encode(&mut fast, &op, 0x24, 77, NLM_F_ACK);
         let mut reference = Vec::new();
@@ -380,11 +381,11 @@ mod tests {
                 .with_scheduler(Scheduler::from_name("mh"))
                 .with_persistence(300)
                 .with_netmask(Netmask::from_prefix(key.family(), 24));
-            check(Op::AddService(vs.clone()));
+            check(Write::AddService(vs.clone()));
             vs.persistence_engine = Some(PersistenceEngine::sip());
             vs.scheduler = Scheduler::from_name("abcdefghijklmno");
-            check(Op::UpdateService(vs));
-            check(Op::DeleteService(key));
+            check(Write::UpdateService(vs));
+            check(Write::DeleteService(key));
             let other: SocketAddr = match key.family() {
                 AddressFamily::Inet => "[2001:db8::9]:0".parse().unwrap(),
                 AddressFamily::Inet6 => "10.1.2.3:0".parse().unwrap(),
@@ -402,9 +403,9 @@ mod tests {
                 })),
                 RealServer::new(other).with_forward(ForwardMethod::Tunnel(Tunnel::IPIP)),
             ] {
-                check(Op::AddDestination(key, rs));
-                check(Op::UpdateDestination(key, rs));
-                check(Op::DeleteDestination(key, rs.addr));
+                check(Write::AddDestination(key, rs));
+                check(Write::UpdateDestination(key, rs));
+                check(Write::DeleteDestination(key, rs.addr));
             }
         }
     }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Result as ArbResult, Unstructured};
-use ipvsctl::Op;
+use ipvsctl::batch::Write;
 use ipvsctl::codec::frame::{self, EncodeError, FrameBody, NLM_F_ACK, NLMSG_HDRLEN};
 use ipvsctl::codec::{IpvsMessage, ctrl, reply, request};
 use ipvsctl::model::{
@@ -406,15 +406,15 @@ fn model_service(vs: &VirtualServer) {
     }
     assert_eq!(request::new_service(vs).is_ok(), valid.is_ok());
     assert_eq!(
-        Op::AddService(vs.clone()).encode(),
+        Write::AddService(vs.clone()).encode(),
         request::new_service(vs)
     );
     assert_eq!(
-        Op::UpdateService(vs.clone()).encode(),
+        Write::UpdateService(vs.clone()).encode(),
         request::set_service(vs)
     );
     assert_eq!(
-        Op::DeleteService(vs.key).encode(),
+        Write::DeleteService(vs.key).encode(),
         request::del_service(&vs.key)
     );
     assert_eq!(
@@ -451,15 +451,15 @@ fn model_dest(key: &ServiceKey, rs: &RealServer) {
     let expect_ok = key.validate().is_ok() && valid.is_ok();
     assert_eq!(request::new_dest(key, rs).is_ok(), expect_ok);
     assert_eq!(
-        Op::AddDestination(*key, *rs).encode(),
+        Write::AddDestination(*key, *rs).encode(),
         request::new_dest(key, rs)
     );
     assert_eq!(
-        Op::UpdateDestination(*key, *rs).encode(),
+        Write::UpdateDestination(*key, *rs).encode(),
         request::set_dest(key, rs)
     );
     assert_eq!(
-        Op::DeleteDestination(*key, rs.addr).encode(),
+        Write::DeleteDestination(*key, rs.addr).encode(),
         request::del_dest(key, rs.addr)
     );
     if !expect_ok {
@@ -594,10 +594,13 @@ pub fn rules(data: &[u8]) {
     }
     let mut again = String::new();
     for s in &table.services {
-        again.push_str(&restore::op_line(&Op::AddService(s.service.clone())));
+        again.push_str(&restore::op_line(&Write::AddService(s.service.clone())));
         again.push('\n');
         for rs in &s.servers {
-            again.push_str(&restore::op_line(&Op::AddDestination(s.service.key, *rs)));
+            again.push_str(&restore::op_line(&Write::AddDestination(
+                s.service.key,
+                *rs,
+            )));
             again.push('\n');
         }
     }
@@ -777,12 +780,12 @@ impl SyncCase {
             self.options,
         );
         let mut kernel = KernelModel::from(&self.observed);
-        for (i, op) in plan.ops.iter().enumerate() {
+        for (i, op) in plan.writes.iter().enumerate() {
             if let Err(e) = op.encode() {
                 panic!("op {i} {op:?} does not validate: {e}");
             }
             if let Err(e) = kernel.apply(op) {
-                panic!("op {i} {op:?} would fail: {e}\nplan: {:#?}", plan.ops);
+                panic!("op {i} {op:?} would fail: {e}\nplan: {:#?}", plan.writes);
             }
         }
         self.check_counts(&plan);
@@ -797,23 +800,26 @@ impl SyncCase {
             self.options,
         );
         assert!(
-            again.ops.is_empty(),
+            again.writes.is_empty(),
             "planning again after applying the plan: {:#?}",
-            again.ops
+            again.writes
         );
     }
 
     fn check_counts(&self, plan: &sync::Plan) {
-        let count = |f: fn(&Op) -> bool| plan.ops.iter().filter(|op| f(op)).count();
+        let count = |f: fn(&Write) -> bool| plan.writes.iter().filter(|op| f(op)).count();
         let c = &plan.counts;
-        assert_eq!(c.services.added, count(|o| matches!(o, Op::AddService(_))));
+        assert_eq!(
+            c.services.added,
+            count(|o| matches!(o, Write::AddService(_)))
+        );
         assert_eq!(
             c.services.updated,
-            count(|o| matches!(o, Op::UpdateService(_)))
+            count(|o| matches!(o, Write::UpdateService(_)))
         );
         assert_eq!(
             c.services.deleted,
-            count(|o| matches!(o, Op::DeleteService(_)))
+            count(|o| matches!(o, Write::DeleteService(_)))
         );
         assert_eq!(
             c.services.added + c.services.updated + c.services.unchanged,
@@ -821,15 +827,15 @@ impl SyncCase {
         );
         assert_eq!(
             c.destinations.added,
-            count(|o| matches!(o, Op::AddDestination(..)))
+            count(|o| matches!(o, Write::AddDestination(..)))
         );
         assert_eq!(
             c.destinations.updated,
-            count(|o| matches!(o, Op::UpdateDestination(..)))
+            count(|o| matches!(o, Write::UpdateDestination(..)))
         );
         assert_eq!(
             c.destinations.deleted,
-            count(|o| matches!(o, Op::DeleteDestination(..)))
+            count(|o| matches!(o, Write::DeleteDestination(..)))
         );
         assert!(c.drain_started <= c.destinations.updated);
         if !self.options.graceful_termination {
@@ -932,25 +938,25 @@ impl From<&Observed> for KernelModel {
 }
 
 impl KernelModel {
-    fn apply(&mut self, op: &Op) -> Result<(), &'static str> {
+    fn apply(&mut self, op: &Write) -> Result<(), &'static str> {
         match op {
-            Op::AddService(vs) => {
+            Write::AddService(vs) => {
                 if self.services.contains_key(&vs.key) {
                     return Err("EEXIST: the service exists");
                 }
                 self.services.insert(vs.key, (vs.clone(), BTreeMap::new()));
             }
-            Op::UpdateService(vs) => {
+            Write::UpdateService(vs) => {
                 let s = self
                     .services
                     .get_mut(&vs.key)
                     .ok_or("ESRCH: no such service")?;
                 s.0 = vs.clone();
             }
-            Op::DeleteService(key) => {
+            Write::DeleteService(key) => {
                 self.services.remove(key).ok_or("ESRCH: no such service")?;
             }
-            Op::AddDestination(key, rs) => {
+            Write::AddDestination(key, rs) => {
                 let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
                 if s.1.contains_key(&rs.addr) {
                     return Err("EEXIST: the real server exists");
@@ -958,15 +964,16 @@ impl KernelModel {
                 let conns = Some(ConnCounts::default());
                 s.1.insert(rs.addr, ObservedDest { server: *rs, conns });
             }
-            Op::UpdateDestination(key, rs) => {
+            Write::UpdateDestination(key, rs) => {
                 let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
                 let d = s.1.get_mut(&rs.addr).ok_or("ENOENT: no such real server")?;
                 d.server = *rs;
             }
-            Op::DeleteDestination(key, addr) => {
+            Write::DeleteDestination(key, addr) => {
                 let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
                 s.1.remove(addr).ok_or("ENOENT: no such real server")?;
             }
+            _ => return Err("a write this model does not know"),
         }
         Ok(())
     }

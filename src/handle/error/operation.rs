@@ -27,10 +27,10 @@ use crate::model::{DaemonRole, ServiceKey};
 #[non_exhaustive]
 pub enum Operation {
     /// Adding a virtual server ([`crate::Handle::add_service`],
-    /// [`crate::Op::AddService`]).
+    /// [`crate::batch::Write::AddService`]).
     AddService(ServiceKey),
     /// Changing a virtual server ([`crate::Handle::update_service`],
-    /// [`crate::Op::UpdateService`]).
+    /// [`crate::batch::Write::UpdateService`]).
     UpdateService(ServiceKey),
     /// Deleting a virtual server.
     DeleteService(ServiceKey),
@@ -90,7 +90,7 @@ pub enum Operation {
     /// failed, not one request.
     Exchange,
     /// Checking the kernel modules a scheduler or engine needs
-    /// ([`crate::Capabilities`]).
+    /// ([`crate::capabilities::Capabilities`]).
     CheckModules,
     /// Opening the write socket of a [`crate::sync::Syncer`].
     OpenSyncSocket,

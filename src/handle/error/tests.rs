@@ -286,7 +286,7 @@ fn other_errors_carry_their_operation() {
 /// one is not ok.
 #[test]
 fn aborted_reports_are_not_ok() {
-    let mut batch = crate::BatchReport::default();
+    let mut batch = crate::batch::BatchReport::default();
     assert!(batch.is_ok());
     batch.aborted = Some(Error::io(
         Operation::Exchange,
