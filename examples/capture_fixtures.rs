@@ -28,7 +28,7 @@ use std::time::Duration;
 use ipvsctl::Handle;
 use ipvsctl::batch::Write;
 use ipvsctl::codec::attr::{DestAttr, IpvsAttr, ServiceAttr};
-use ipvsctl::codec::{IpvsMessage, request};
+use ipvsctl::codec::{IpvsMessage, RequestKind, request};
 use ipvsctl::model::{DaemonRole, ServiceKey};
 
 const SYSCALLS: &str = "trace=sendmsg,recvmsg,sendto,recvfrom";
@@ -131,12 +131,12 @@ fn run_op(step: &str) -> Result<String, String> {
         "raw-get-dest-doit" => raw(
             &h,
             request::dump_dests(&key4).map_err(|e| e.to_string())?,
-            false,
+            RequestKind::Do,
         ),
         "raw-dump-dests-missing-svc" => raw(
             &h,
             request::dump_dests(&missing_key()).map_err(|e| e.to_string())?,
-            true,
+            RequestKind::Dump,
         ),
         "raw-new-dest-mixed-masq" => {
             // What validation refuses to build: an IPv6 real server of an
@@ -157,7 +157,7 @@ fn run_op(step: &str) -> Result<String, String> {
                     }
                 }
             }
-            raw(&h, msg, false)
+            raw(&h, msg, RequestKind::Do)
         }
         "raw-new-svc-no-sched" => {
             let mut msg = request::new_service(&batch_service()).map_err(|e| e.to_string())?;
@@ -166,7 +166,7 @@ fn run_op(step: &str) -> Result<String, String> {
                     v.retain(|x| !matches!(x, ServiceAttr::SchedName(_)));
                 }
             }
-            raw(&h, msg, false)
+            raw(&h, msg, RequestKind::Do)
         }
         "list-dests-tcp4" => list_dests(&h, &key4),
         "list-dests-udp6" => list_dests(&h, &key6),
@@ -209,8 +209,8 @@ fn run_op(step: &str) -> Result<String, String> {
     }
 }
 
-fn raw(h: &Handle, msg: IpvsMessage, dump: bool) -> Result<String, String> {
-    h.request(msg, dump)
+fn raw(h: &Handle, msg: IpvsMessage, kind: RequestKind) -> Result<String, String> {
+    h.request(msg, kind)
         .map(|v| format!("{v:#?}"))
         .map_err(|e| e.to_string())
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ipvsctl::batch::Write;
 use ipvsctl::capabilities::KernelVersion;
 use ipvsctl::codec::attr::{DestAttr, IpvsAttr, RawAddr, ServiceAttr};
-use ipvsctl::codec::{IpvsCmd, IpvsMessage, request};
+use ipvsctl::codec::{IpvsCmd, IpvsMessage, RequestKind, request};
 use ipvsctl::model::{
     AddressFamily, DaemonRole, ForwardMethod, Netmask, PersistenceEngine, Protocol, RealServer,
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
@@ -470,7 +470,7 @@ fn errno_table_maps_to_typed_errors() {
     // ERANGE and EINVAL need values validation refuses: send them raw.
     let mut raw = request::new_dest(&key, &other).unwrap();
     set_dest_attr(&mut raw, DestAttr::Weight(u32::MAX));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(
         matches!(
             e,
@@ -483,7 +483,7 @@ fn errno_table_maps_to_typed_errors() {
     );
     let mut raw = request::new_dest(&key, &other).unwrap();
     set_dest_attr(&mut raw, DestAttr::LThresh(10));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(
         matches!(e, Error::OutOfRange { .. }),
         "lower > upper(0): {e}"
@@ -491,7 +491,7 @@ fn errno_table_maps_to_typed_errors() {
     let v6 = VirtualServer::new(ServiceKey::tcp(sa("[2001:db8::4]:80")));
     let mut raw = request::new_service(&v6).unwrap();
     set_service_attr(&mut raw, ServiceAttr::Netmask(0u32.to_ne_bytes()));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { .. }),
         "IPv6 prefix 0: {e}"
@@ -500,7 +500,7 @@ fn errno_table_maps_to_typed_errors() {
     set_dest_attr(&mut raw, DestAttr::TunType(1));
     set_dest_attr(&mut raw, DestAttr::FwdMethod(2));
     set_dest_attr(&mut raw, DestAttr::TunPort(0));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { .. }),
         "GUE without port: {e}"
@@ -509,7 +509,7 @@ fn errno_table_maps_to_typed_errors() {
     let mut raw = request::new_dest(&key, &RealServer::new(sa("10.244.4.3:80"))).unwrap();
     set_dest_attr(&mut raw, DestAttr::Addr(RawAddr::from_ip(mixed.addr.ip())));
     set_dest_attr(&mut raw, DestAttr::AddrFamily(10));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { .. }),
         "mixed family without tunnel: {e}"
@@ -517,11 +517,11 @@ fn errno_table_maps_to_typed_errors() {
     // EAFNOSUPPORT: an address family IPVS does not know.
     let mut raw = request::new_service(&VirtualServer::new(missing)).unwrap();
     set_service_attr(&mut raw, ServiceAttr::Af(3));
-    let e = h.request(raw, false).unwrap_err();
+    let e = h.request(raw, RequestKind::Do).unwrap_err();
     assert!(matches!(e, Error::NotSupported { errno: 97, .. }), "{e}");
     // EOPNOTSUPP: GET_DEST without NLM_F_DUMP has no handler.
     let e = h
-        .request(request::dump_dests(&key).unwrap(), false)
+        .request(request::dump_dests(&key).unwrap(), RequestKind::Do)
         .unwrap_err();
     assert!(matches!(e, Error::NotSupported { errno: 95, .. }), "{e}");
 }

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
 
-use ipvsctl::codec::request;
+use ipvsctl::codec::{RequestKind, request};
 use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::netlink::netns::{NetNs, run_in, socket_in};
 use ipvsctl::sync::{DesiredState, SyncOptions, Syncer, Verify};
@@ -240,7 +240,9 @@ fn answers_forged_by_another_socket_are_not_taken() {
         "took a forged ACK: {deleted:?} ({delivered} forged datagrams delivered)"
     );
     // A dump of the table is the kernel's, not an empty forged answer.
-    let dump = h.request(request::dump_services(), true).unwrap();
+    let dump = h
+        .request(request::dump_services(), RequestKind::Dump)
+        .unwrap();
     assert_eq!(dump.len(), 1, "took a forged end of dump");
     // The kernel refused them all: the handle's socket takes datagrams from
     // the kernel only.

@@ -105,6 +105,20 @@ impl IpvsCmd {
     }
 }
 
+/// Which of the kernel's two handlers of a command answers a request sent
+/// with [`crate::Handle::request`]: generic netlink gives every command a
+/// `doit` and a `dumpit` handler, chosen by the request's `NLM_F_DUMP` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestKind {
+    /// The command's `doit` handler: it acts on (or reads) the one object
+    /// the message names and is acknowledged.
+    Do,
+    /// The command's `dumpit` handler (`NLM_F_DUMP`): every object of its
+    /// kind (every service, every real server of a service, every sync
+    /// daemon), in as many datagrams as it takes.
+    Dump,
+}
+
 /// A whole IPVS message (the generic-netlink payload): command, version and
 /// attributes. This is the lossless wire form; [`super::request`] builds
 /// these from the model and [`super::reply`] turns them into the model.

@@ -6,7 +6,8 @@
 //! * [`consts`] — the numbers of `include/uapi/linux/ip_vs.h`;
 //! * [`attr`] — attribute enums (lossless wire form, with `Other` fallbacks);
 //!   the one place where byte orders and layouts are decided;
-//! * [`IpvsMessage`] — a command plus top-level attributes;
+//! * [`IpvsMessage`] — a command plus top-level attributes, sent as a
+//!   command or a dump ([`RequestKind`]);
 //! * [`request`] and [`reply`] — conversions between the model and messages;
 //! * [`frame`] — netlink framing: writing requests into a send buffer,
 //!   splitting datagrams into data, ACKs, errors (with extended ACK) and
@@ -64,4 +65,4 @@ pub mod request;
 pub(crate) mod route;
 
 pub use error::DecodeError;
-pub use message::{IpvsCmd, IpvsMessage};
+pub use message::{IpvsCmd, IpvsMessage, RequestKind};

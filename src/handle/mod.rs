@@ -18,7 +18,7 @@ pub use error::{Error, Operation, Result};
 pub(crate) use error::{Target, describe};
 
 use crate::Timeout;
-use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, consts, frame};
+use crate::codec::{DecodeError, IpvsCmd, IpvsMessage, RequestKind, consts, frame};
 use crate::netlink::Failure;
 use crate::netlink::netns::{NetNs, PinnedNetNs};
 use crate::netlink::{DumpSize, Exchange, Kind, NlSocket, Protocol, Reply};
@@ -310,17 +310,21 @@ impl Handle {
 
     /// Sends one raw IPVS message and returns the data messages of its
     /// reply: an escape hatch for requests the typed API cannot express (the
-    /// codec's [`crate::codec::attr`] enums build anything). `dump` sends it
-    /// with `NLM_F_DUMP`. Kernel errors come back typed, without an object.
+    /// codec's [`crate::codec::attr`] enums build anything), sent as `kind`
+    /// says (a command, or a dump with `NLM_F_DUMP`). Kernel errors come
+    /// back typed, without an object.
     ///
     /// ```no_run
-    /// use ipvsctl::codec::request;
+    /// use ipvsctl::codec::{RequestKind, request};
     /// let ipvs = ipvsctl::Handle::new()?;
-    /// let replies = ipvs.request(request::dump_services(), true)?;
+    /// let replies = ipvs.request(request::dump_services(), RequestKind::Dump)?;
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
-    pub fn request(&self, msg: IpvsMessage, dump: bool) -> Result<Vec<IpvsMessage>> {
-        let kind = if dump { Kind::Dump } else { Kind::Ack };
+    pub fn request(&self, msg: IpvsMessage, kind: RequestKind) -> Result<Vec<IpvsMessage>> {
+        let kind = match kind {
+            RequestKind::Do => Kind::Ack,
+            RequestKind::Dump => Kind::Dump,
+        };
         self.call(Via::Main, msg, kind, Target::Global, frame::decode_message)
             .map(|a| a.data)
     }
