@@ -513,10 +513,7 @@ fn sync_plan(have: &restore::Desired, want: &restore::Desired) -> Vec<Write> {
     for s in &have.services {
         observed.insert(ObservedService::new(
             s.service.clone(),
-            s.servers.iter().map(|rs| ObservedDest {
-                server: *rs,
-                conns: None,
-            }),
+            s.servers.iter().map(|rs| ObservedDest::new(*rs, None)),
         ));
     }
     let desired = restore::desired_state(want).unwrap();

@@ -129,14 +129,14 @@ fn case() -> impl Strategy<Value = Case> {
                             2 => h.weight = 0,
                             _ => {}
                         }
-                        have.push(ObservedDest {
-                            server: h,
-                            conns: match conns {
+                        have.push(ObservedDest::new(
+                            h,
+                            match conns {
                                 0 => None,
                                 1 => Some(ConnCounts::default()),
                                 _ => Some(ConnCounts::new(3, 1, 0)),
                             },
-                        });
+                        ));
                     }
                 }
                 let mut observed_vs = vs.clone();
@@ -199,7 +199,7 @@ proptest! {
         for s in desired.services() {
             again.insert(ObservedService::new(
                 s.service().clone(),
-                s.destinations().iter().map(|r| ObservedDest { server: *r, conns: None }),
+                s.destinations().iter().map(|r| ObservedDest::new(*r, None)),
             ));
         }
         let p2 = sync::plan(&desired, &again, &Scope::All, &HashSet::new(), PlanOptions::default());
@@ -308,14 +308,8 @@ fn order_is_service_then_destinations_then_deletes() {
     observed.insert(ObservedService::new(
         VirtualServer::new(k2),
         [
-            ObservedDest {
-                server: RealServer::new(a),
-                conns: None,
-            },
-            ObservedDest {
-                server: RealServer::new(b),
-                conns: None,
-            },
+            ObservedDest::new(RealServer::new(a), None),
+            ObservedDest::new(RealServer::new(b), None),
         ],
     ));
     observed.insert(ObservedService::new(VirtualServer::new(gone), []));
@@ -365,10 +359,10 @@ fn graceful_drain_then_delete() {
         let mut o = Observed::new();
         o.insert(ObservedService::new(
             VirtualServer::new(k),
-            [ObservedDest {
-                server: RealServer::new(a).with_weight(weight),
+            [ObservedDest::new(
+                RealServer::new(a).with_weight(weight),
                 conns,
-            }],
+            )],
         ));
         o
     };
@@ -440,10 +434,7 @@ fn graceful_drain_then_delete() {
     let mut o = Observed::new();
     o.insert(ObservedService::new(
         VirtualServer::new(u),
-        [ObservedDest {
-            server: RealServer::new(a),
-            conns: busy,
-        }],
+        [ObservedDest::new(RealServer::new(a), busy)],
     ));
     let p = sync::plan(&d, &o, &Scope::Owned, &HashSet::new(), opts);
     assert_eq!(p.writes, vec![Write::DeleteDestination(u, a)]);

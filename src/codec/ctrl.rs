@@ -40,6 +40,7 @@ const CTRL_ATTR_VERSION: u16 = 3;
 
 /// What the controller says of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FamilyInfo {
     /// The family id: the netlink message type of its requests.
     pub id: u16,

@@ -145,6 +145,7 @@ pub(crate) fn end_request(out: &mut Vec<u8>, start: usize) -> Result<usize, Enco
 
 /// Why a request could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The family id was never resolved.
     #[error("generic-netlink family id {0} is not resolved (a request with it would do nothing)")]
@@ -181,6 +182,7 @@ pub struct FrameHeader {
 /// An `NLMSG_ERROR` message: an ACK (`code == 0`) or an error with the
 /// kernel's extended-ACK details.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct NlError {
     /// Negative errno, or 0 for an ACK.
     pub code: i32,

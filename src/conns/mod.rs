@@ -114,6 +114,7 @@ impl Connection {
 
 /// A persistence engine's columns of an entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PersistenceData {
     /// The engine's name, e.g. `sip`.
     pub engine: String,

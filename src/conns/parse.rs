@@ -64,6 +64,7 @@ impl fmt::Display for Field {
 /// A line of the connection table that does not have the kernel's format.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("connection table line {line}: {field}: {reason}")]
+#[non_exhaustive]
 pub struct ConnParseError {
     /// The line number, 1 for the header.
     pub line: u64,

@@ -110,6 +110,7 @@ impl Write {
 
 /// How a batch is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum BatchMode {
     /// Many requests per datagram, answers matched by sequence number (the
     /// default). Only the last request of a datagram asks for an ACK: the

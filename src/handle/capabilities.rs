@@ -100,6 +100,7 @@ impl fmt::Display for KernelVersion {
 
 /// Whether the kernel has a feature, and what showed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Support {
     /// The kernel sent the feature's attribute in an answer.
     Seen,
@@ -165,6 +166,7 @@ impl fmt::Display for Support {
 /// "can this scheduler be used?" says why; `kmod::probe_scheduler` confirms
 /// it with the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Availability {
     /// Built in or loaded: usable now.
     Present,

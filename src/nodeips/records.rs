@@ -89,6 +89,7 @@ bitflags! {
 /// assert_eq!(ens3.name, "ens3");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct LinkRecord {
     /// Interface index (`ifi_index`).
     pub index: u32,
@@ -128,6 +129,7 @@ impl LinkRecord {
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct AddressRecord {
     /// Index of the interface that holds the address (`ifa_index`).
     pub index: u32,
@@ -210,6 +212,7 @@ impl AddressRecord {
 /// assert_eq!(records.links.len(), 1);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Records {
     /// Every interface, in dump order.
     pub links: Vec<LinkRecord>,

@@ -18,6 +18,7 @@ use super::records::InterfaceFlags;
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub struct NodeIp {
     /// The address (for IPv4, the local address, never a point-to-point
     /// peer).
@@ -137,6 +138,7 @@ impl fmt::Display for AddressVerdict {
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct AddressReport {
     /// The local address.
     pub addr: IpAddr,
@@ -164,6 +166,7 @@ impl fmt::Display for AddressReport {
 /// assert_eq!(r.to_string(), "eno1 (#3): down");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InterfaceReport {
     /// Interface index.
     pub index: u32,

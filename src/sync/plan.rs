@@ -22,6 +22,7 @@ use crate::model::{Protocol, RealServer, ServiceKey};
 /// The pure [`plan()`] has no such check: it plans every desired service it
 /// is given, against `observed`.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum Scope {
     /// The safe default: only services this syncer owns, because it created
     /// them (the kernel acknowledged its add) or adopted them. A service

@@ -385,12 +385,21 @@ fn merge_sorted(old: Vec<RealServer>, new: Vec<RealServer>) -> Vec<RealServer> {
 /// A real server as observed: its configuration and, when it was read from
 /// the kernel (not remembered), its connection counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ObservedDest {
     /// The configuration.
     pub server: RealServer,
     /// Connection counts at the time of the read; `None` when the value is
     /// remembered from what was applied (counts unknown).
     pub conns: Option<ConnCounts>,
+}
+
+impl ObservedDest {
+    /// A real server with its configuration and, when read from the kernel,
+    /// its connection counts (`None`: remembered, counts unknown).
+    pub fn new(server: RealServer, conns: Option<ConnCounts>) -> Self {
+        ObservedDest { server, conns }
+    }
 }
 
 impl From<DestinationSnapshot> for ObservedDest {

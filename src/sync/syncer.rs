@@ -18,6 +18,7 @@ use crate::{Error, Handle, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verify {
     /// Read everything managed: one service dump and one real-server dump
     /// per managed service. Finds and repairs any drift. Costs about as much

@@ -739,7 +739,7 @@ impl SyncCase {
                 } else {
                     None
                 };
-                dests.push(ObservedDest { server, conns });
+                dests.push(ObservedDest::new(server, conns));
             }
             observed.insert(ObservedService::new(vs, dests));
         }
@@ -962,7 +962,7 @@ impl KernelModel {
                     return Err("EEXIST: the real server exists");
                 }
                 let conns = Some(ConnCounts::default());
-                s.1.insert(rs.addr, ObservedDest { server: *rs, conns });
+                s.1.insert(rs.addr, ObservedDest::new(*rs, conns));
             }
             Write::UpdateDestination(key, rs) => {
                 let s = self.services.get_mut(key).ok_or("ESRCH: no such service")?;
