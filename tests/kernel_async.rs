@@ -146,6 +146,48 @@ fn a_sync_does_not_block_a_single_threaded_runtime() {
 }
 
 #[test]
+fn sync_changes_writes_only_what_changed_and_hands_the_state_back() {
+    let ns = TestNetns::with_ipvs();
+    runtime().block_on(async {
+        let ipvs = open(&ns).await;
+        let syncer = AsyncSyncer::new(&ipvs, SyncOptions::default()).unwrap();
+        // Every inserted service is a recorded change: the first call
+        // creates them all.
+        let (report, mut state) = syncer.sync_changes(desired(20, 2), Verify::Services).await;
+        let report = report.expect("the first sync of the changes");
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.services.added, 20);
+        assert!(state.changes().is_empty(), "{:?}", state.changes());
+        assert_eq!(state.len(), 20, "the state comes back whole");
+
+        // One endpoint moves: one delete and one add, nothing else written.
+        let moved = key(7);
+        state
+            .remove_destinations(&moved, [server(7, 1).addr])
+            .unwrap();
+        state.upsert_destinations(&moved, [server(7, 9)]).unwrap();
+        let (report, state) = syncer.sync_changes(state, Verify::None).await;
+        let report = report.expect("the sync of one changed service");
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.writes_sent, 2);
+        assert!(state.changes().is_empty());
+
+        let mut have: Vec<SocketAddr> = ipvs
+            .list_destinations(moved)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.server.addr)
+            .collect();
+        have.sort();
+        assert_eq!(have, [server(7, 2).addr, server(7, 9).addr]);
+        // Nothing left to do: no writes.
+        let (report, _) = syncer.sync_changes(state, Verify::None).await;
+        assert_eq!(report.unwrap().writes_sent, 0);
+    });
+}
+
+#[test]
 fn a_sync_dropped_part_way_leaves_the_syncer_true_to_the_kernel() {
     let ns = TestNetns::with_ipvs();
     runtime().block_on(async {

@@ -27,6 +27,8 @@
 //! runs to completion (a netlink request cannot be taken back) and its result
 //! is dropped; for a [`AsyncSyncer::sync`] this means the syncer's memory
 //! stays exactly what the kernel acknowledged, so the next sync is correct.
+//! An [`AsyncSyncer::sync_changes`] dropped that way also drops the
+//! [`DesiredState`] it was given.
 //! Whether a dropped operation ran is therefore unknown to the caller, as
 //! with any cancelled request; read the table back (or sync) to find out.
 //!
@@ -262,6 +264,46 @@ impl AsyncSyncer {
     /// the `Arc` to build the next state from.
     pub fn sync(&self, desired: Arc<DesiredState>, verify: Verify) -> Reply<Result<SyncReport>> {
         self.with(move |s| s.sync(&desired, verify))
+    }
+
+    /// [`Syncer::sync_changes`]: syncs only the services `desired` recorded
+    /// as changed since its last sync, on the worker, and hands the state
+    /// back with the report, its record of changes emptied (or kept, when
+    /// the sync returned `Err` before writing), ready for the next edits.
+    ///
+    /// The state is moved, not shared, because the sync empties its record
+    /// of changes; nothing is copied either way. Await the reply to get the
+    /// state back: a reply dropped unfinished drops the state with it (the
+    /// syncer itself stays true to the kernel, see the module docs), so
+    /// where a select or a timeout may drop it, run it in a task of its own
+    /// (`tokio::spawn`) and await that.
+    ///
+    /// ```no_run
+    /// # async fn example(syncer: ipvsctl::asynchronous::AsyncSyncer) -> Result<(), Box<dyn std::error::Error>> {
+    /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+    /// use ipvsctl::sync::{DesiredState, Verify};
+    /// let key = ServiceKey::tcp("10.96.0.1:80".parse()?);
+    /// let mut desired = DesiredState::new();
+    /// desired.insert(VirtualServer::new(key), [RealServer::new("10.244.0.1:8080".parse()?)])?;
+    /// let (report, mut desired) = syncer.sync_changes(desired, Verify::Services).await;
+    /// assert!(report?.is_ok());
+    /// // An endpoint appeared: only its service is planned and written.
+    /// desired.upsert_destinations(&key, [RealServer::new("10.244.0.2:8080".parse()?)])?;
+    /// let (report, desired) = syncer.sync_changes(desired, Verify::None).await;
+    /// assert_eq!(report?.writes_sent, 1);
+    /// assert!(desired.changes().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sync_changes(
+        &self,
+        mut desired: DesiredState,
+        verify: Verify,
+    ) -> Reply<(Result<SyncReport>, DesiredState)> {
+        self.with(move |s| {
+            let report = s.sync_changes(&mut desired, verify);
+            (report, desired)
+        })
     }
 
     /// [`Syncer::plan`]: what a sync would do, without doing it.
