@@ -90,7 +90,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
-use ipvsctl::Handle;
 use ipvsctl::Timeout;
 use ipvsctl::batch::BatchMode;
 use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
@@ -102,6 +101,7 @@ use ipvsctl::sync::{
     SyncOptions, Syncer, Verify,
 };
 use ipvsctl::unstable::{DumpSize, NlSocket, Protocol};
+use ipvsctl::{Handle, HandleOptions};
 
 const DESTS: usize = 10;
 
@@ -207,7 +207,8 @@ impl Ns {
     }
 
     fn handle(&self) -> Handle {
-        Handle::open(&self.netns()).expect("open IPVS handle in the bench namespace")
+        Handle::open(&self.netns(), &HandleOptions::new())
+            .expect("open IPVS handle in the bench namespace")
     }
 }
 
@@ -215,7 +216,7 @@ impl Drop for Ns {
     fn drop(&mut self) {
         // Flush first, synchronously, so that the kernel's asynchronous
         // namespace cleanup has little left to do during the next case.
-        if let Ok(h) = Handle::open(&self.netns()) {
+        if let Ok(h) = Handle::open(&self.netns(), &HandleOptions::new()) {
             let _ = h.flush();
         }
         let _ = Command::new("ip")

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 9, 9, 9);
 const SOURCES: [Ipv4Addr; 4] = [
@@ -74,7 +74,7 @@ fn build_table(n: usize) -> Duration {
         "ip",
         &["route", "add", &format!("{VIP}/32"), "dev", "conns0"],
     );
-    let h = Handle::open(&NetNs::Current).expect("handle");
+    let h = Handle::open(&NetNs::Current, &HandleOptions::new()).expect("handle");
     let key = ServiceKey::udp(SocketAddr::new(VIP.into(), 53));
     h.add_service(&VirtualServer::new(key)).expect("service");
     let rs = RealServer::new("10.1.0.2:53".parse().expect("literal"))

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ipvsctl::NetNs;
 use ipvsctl::asynchronous::{AsyncHandle, AsyncSyncer};
 use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, SyncOptions, Verify};
+use ipvsctl::{HandleOptions, NetNs};
 
 struct Args {
     netns: NetNs,
@@ -96,7 +96,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ipvsctl::Result<()> {
-    let ipvs = AsyncHandle::open(args.netns).await?;
+    let ipvs = AsyncHandle::open(args.netns, HandleOptions::new()).await?;
     let syncer = AsyncSyncer::new(&ipvs, SyncOptions::default())?;
     let ticks = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&ticks);

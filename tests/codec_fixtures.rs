@@ -551,13 +551,13 @@ fn ipvsadm_replies_decode_to_the_scenario() {
         for m in msgs {
             match m {
                 Msg::Request { msg, .. } if msg.cmd == IpvsCmd::GetDest => {
-                    let key = reply::service_from_attrs(match &msg.attrs[0] {
+                    let service = match &msg.attrs[0] {
                         IpvsAttr::Service(s) => with_defaults(s.clone()),
                         other => panic!("{other:?}"),
-                    })
-                    .expect("key")
-                    .service
-                    .key;
+                    };
+                    let as_reply =
+                        IpvsMessage::new(IpvsCmd::NewService, vec![IpvsAttr::Service(service)]);
+                    let key = reply::service(as_reply).expect("key").service.key;
                     family = key.family();
                 }
                 Msg::Data { msg, .. } if msg.cmd == IpvsCmd::NewDest => {
@@ -588,7 +588,7 @@ fn ipvsadm_replies_decode_to_the_scenario() {
     }
 }
 
-/// A GET_DEST request carries only the key; fill what `service_from_attrs`
+/// A GET_DEST request carries only the key; fill what `reply::service`
 /// needs to read it back.
 fn with_defaults(mut s: Vec<ServiceAttr>) -> Vec<ServiceAttr> {
     if !s.iter().any(|a| matches!(a, ServiceAttr::SchedName(_))) {

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use ipvsctl::NetNs;
 use ipvsctl::asynchronous::{AsyncHandle, AsyncSyncer};
 use ipvsctl::batch::{BatchMode, Write};
 use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, SyncOptions, Verify};
+use ipvsctl::{HandleOptions, NetNs};
 use support::TestNetns;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -63,7 +63,7 @@ async fn present(ipvs: &AsyncHandle, services: u32) -> usize {
 }
 
 async fn open(ns: &TestNetns) -> AsyncHandle {
-    AsyncHandle::open(NetNs::path(ns.path()))
+    AsyncHandle::open(NetNs::path(ns.path()), HandleOptions::new())
         .await
         .expect("open the async handle")
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use ipvsctl::batch::Write;
 use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, Scope, SyncOptions, Syncer, Verify};
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use support::TestNetns;
 
 const THREADS: u8 = 8;
@@ -111,7 +111,7 @@ fn worker(h: &Handle, t: u8, stop: &AtomicBool) -> Result<u32, String> {
 #[test]
 fn one_handle_under_threads_a_syncer_and_ipvsadm() {
     let ns = Arc::new(TestNetns::with_ipvs());
-    let h = Arc::new(Handle::open(&NetNs::path(ns.path())).expect("handle"));
+    let h = Arc::new(Handle::open(&NetNs::path(ns.path()), &HandleOptions::new()).expect("handle"));
     let (done_tx, done_rx) = mpsc::channel::<Result<String, String>>();
 
     let scenario = {

@@ -30,7 +30,7 @@ use std::time::Duration;
 use ipvsctl::conns::{ConnState, ConnTable, Connection, Origin};
 use ipvsctl::model::{ForwardMethod, Protocol, RealServer, ServiceKey, VirtualServer};
 use ipvsctl::netlink::netns::run_in;
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use support::TestNetns;
 
 const VIP: &str = "10.9.9.9";
@@ -56,7 +56,8 @@ impl Lab {
         router.run("ip", &["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
         support::link(&router, &client, "c0", "10.0.0.1", "10.0.0.2");
         support::link(&router, &backend, "b0", "10.1.0.1", BACKEND);
-        let handle = Handle::open(&NetNs::path(router.path())).expect("handle in router");
+        let handle = Handle::open(&NetNs::path(router.path()), &HandleOptions::new())
+            .expect("handle in router");
         for key in [ServiceKey::tcp(vip(vport)), ServiceKey::udp(vip(vport))] {
             let vs = VirtualServer::new(key);
             handle.add_service(&vs).expect("add service");

@@ -16,7 +16,7 @@ use ipvsctl::model::{
     Scheduler, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelEncap, TunnelFlags,
     VirtualServer,
 };
-use ipvsctl::{Error, Handle, Operation};
+use ipvsctl::{Error, Handle, HandleOptions, Operation};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -1100,7 +1100,7 @@ fn destination_lists_are_consistent_while_the_table_changes() {
     let mut syncer = ipvsctl::sync::Syncer::new(&h);
     syncer.adopt([key]);
     // The churn runs on its own handle (its own socket).
-    let churner = Handle::open(&ipvsctl::NetNs::path(ns.path())).unwrap();
+    let churner = Handle::open(&ipvsctl::NetNs::path(ns.path()), &HandleOptions::new()).unwrap();
     let done = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (mut good, mut inconsistent, mut bad) = (0, 0, Vec::new());
@@ -1212,7 +1212,7 @@ fn services_with_one_server(
     assert!(report.is_ok(), "{:?}", report.failed);
     let options = ipvsctl::HandleOptions::new()
         .with_timeout(ipvsctl::Timeout::new(std::time::Duration::from_secs(secs)).unwrap());
-    let h = Handle::open_with_options(&ipvsctl::NetNs::path(ns.path()), &options).unwrap();
+    let h = Handle::open(&ipvsctl::NetNs::path(ns.path()), &options).unwrap();
     (ns, Arc::new(h), keys)
 }
 

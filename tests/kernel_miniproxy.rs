@@ -26,7 +26,7 @@ use ipvsctl::model::{
     ServiceKey, Tunnel, VirtualServer,
 };
 use ipvsctl::sync::{FileLedger, Ledger, Ownership};
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use support::TestNetns;
 
 // ---------------------------------------------------------------- serde ---
@@ -304,7 +304,7 @@ fn mini_proxy_follows_the_state_file() {
         .spawn()
         .expect("start mini-proxy");
     let mut proxy = Proxy { child, log };
-    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+    let h = Handle::open(&NetNs::path(ns.path()), &HandleOptions::new()).expect("handle");
 
     let web_keys = || {
         let mut k = vec![tcp("10.96.0.10:80")];
@@ -503,7 +503,7 @@ fn a_restarted_proxy_owns_its_services_through_the_owned_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("state.json");
     let owned = dir.join("owned.ledger");
-    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+    let h = Handle::open(&NetNs::path(ns.path()), &HandleOptions::new()).expect("handle");
     let dns = |ep: &str| {
         format!(
             r#"{{"services":[{{"name":"dns","vip":"10.96.0.53","port":53,"protocol":"udp","endpoints":[{{"ip":"{ep}","port":53}}]}}]}}"#
@@ -565,7 +565,7 @@ fn a_service_deleted_by_hand_is_not_the_proxys_when_another_tool_makes_it_again(
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("state.json");
     let owned = dir.join("owned.ledger");
-    let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+    let h = Handle::open(&NetNs::path(ns.path()), &HandleOptions::new()).expect("handle");
     let key = udp("10.96.0.53:53");
     write_state(
         &config,
@@ -688,7 +688,7 @@ fn a_proxy_killed_during_its_first_sync_converges_on_everything_after_a_restart(
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("state.json");
         let owned = dir.join("owned.ledger");
-        let h = Handle::open(&NetNs::path(ns.path())).expect("handle");
+        let h = Handle::open(&NetNs::path(ns.path()), &HandleOptions::new()).expect("handle");
         write_state(&config, &first);
         let log = dir.join("proxy.log");
         let mut child = Command::new(&bin)

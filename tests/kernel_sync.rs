@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ipvsctl::batch::{BatchMode, Write};
 use ipvsctl::model::{ConnCounts, ForwardMethod, RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::sync::{DesiredState, Scope, SyncOptions, SyncReport, Syncer, Verify};
-use ipvsctl::{Error, Handle, NetNs};
+use ipvsctl::{Error, Handle, HandleOptions, NetNs};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use support::TestNetns;
@@ -624,7 +624,7 @@ fn child_syncs_until_killed() {
     let Ok(path) = std::env::var(CHILD_NS) else {
         return;
     };
-    let h = Handle::open(&NetNs::path(path)).unwrap();
+    let h = Handle::open(&NetNs::path(path), &HandleOptions::new()).unwrap();
     let mut s = Syncer::with_options(&h, SyncOptions::default().with_mode(BatchMode::OneByOne));
     // Both states built up front: the child spends its time writing.
     let states = [churn_state(0), churn_state(1)];
@@ -846,7 +846,7 @@ fn same_key_foreign_services_are_conflicts_until_adopted() {
         Some(Scheduler::WeightedLeastConnection)
     );
     assert!(!r.is_ok());
-    assert!(!s.owned().contains(&theirs));
+    assert!(!s.ledger().owned().contains(&theirs));
     assert_eq!((r.services.added, r.destinations.added), (2, 4));
     // Found by a trusting sync (no read): the kernel refuses the adds, and
     // the real servers that would have followed them are not sent. To a
@@ -920,7 +920,7 @@ fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
     assert_eq!(r.writes_sent, 200 + 540);
     assert_converged(&h, &foreign, &table_of(&mine));
     for key in &theirs {
-        assert!(!s.owned().contains(key));
+        assert!(!s.ledger().owned().contains(key));
     }
 }
 

@@ -28,7 +28,7 @@ use ipvsctl::model::{
     AddressFamily, DaemonRole, ForwardMethod, Protocol, RealServer, Scheduler, SyncDaemon,
     VirtualServer,
 };
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use support::TestNetns;
 use support::traffic::{BPORT, Lab, Proto, vkey};
 
@@ -77,7 +77,8 @@ fn backup_learns_connections_made_through_the_master() {
         ("10.2.0.1", "10.2.0.2"),
         ("fd02::1", "fd02::2"),
     );
-    let backup_h = Handle::open(&NetNs::path(backup.path())).expect("open handle in backup");
+    let backup_h = Handle::open(&NetNs::path(backup.path()), &HandleOptions::new())
+        .expect("open handle in backup");
     // The backup carries the same services, as a standby balancer does, so
     // that learnt connections bind to its destinations.
     add_services(&lab.handle);

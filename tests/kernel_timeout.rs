@@ -76,7 +76,7 @@ fn a_caller_behind_a_request_stuck_in_the_kernel_times_out_and_the_handle_recove
     let ns = support::TestNetns::with_ipvs();
     let timeout = Duration::from_millis(500);
     let options = HandleOptions::new().with_timeout(ipvsctl::Timeout::new(timeout).unwrap());
-    let h = Handle::open_with_options(&NetNs::path(ns.path()), &options).expect("open handle");
+    let h = Handle::open(&NetNs::path(ns.path()), &options).expect("open handle");
     assert_eq!(h.timeout().get(), timeout);
     let key = ServiceKey::tcp("10.96.7.1:80".parse().unwrap());
     let slow = SlowModprobe::install();

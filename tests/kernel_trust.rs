@@ -15,7 +15,7 @@ use ipvsctl::codec::{RequestKind, request};
 use ipvsctl::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
 use ipvsctl::netlink::netns::{NetNs, run_in, socket_in};
 use ipvsctl::sync::{DesiredState, SyncOptions, Syncer, Verify};
-use ipvsctl::{Error, Handle};
+use ipvsctl::{Error, Handle, HandleOptions};
 use support::TestNetns;
 
 fn sa(s: &str) -> SocketAddr {
@@ -80,7 +80,7 @@ fn sync_with_readers(h: &Handle, desired: &DesiredState) -> ipvsctl::Result<()> 
 
 /// The services in the namespace behind `ns` (read by a handle opened there).
 fn table_of(ns: &NetNs) -> Vec<ServiceKey> {
-    keys(&Handle::open(ns).expect("handle on a kept namespace"))
+    keys(&Handle::open(ns, &HandleOptions::new()).expect("handle on a kept namespace"))
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn a_recreated_named_namespace_does_not_redirect_an_open_handle() {
     let ns = TestNetns::with_ipvs();
     // Keeps the original namespace reachable after its name goes.
     let original = File::open(ns.path()).expect("open the namespace file");
-    let h = Handle::open(&NetNs::named(ns.name())).expect("handle");
+    let h = Handle::open(&NetNs::named(ns.name()), &HandleOptions::new()).expect("handle");
     let first = service("10.0.0.1:80");
     h.add_service(&first).unwrap();
 
@@ -209,7 +209,7 @@ fn forged_ack(seq: u32) -> Vec<u8> {
 fn answers_forged_by_another_socket_are_not_taken() {
     let ns = TestNetns::with_ipvs();
     let nsid = NetNs::path(ns.path());
-    let h = Handle::open(&nsid).expect("handle");
+    let h = Handle::open(&nsid, &HandleOptions::new()).expect("handle");
     let ports = generic_ports(&ns);
     assert_eq!(ports.len(), 1, "the handle's socket only: {ports:?}");
     let port = ports[0];

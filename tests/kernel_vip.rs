@@ -22,7 +22,7 @@ use ipvsctl::netlink::netns::run_in;
 use ipvsctl::nodeips::{self, Options};
 use ipvsctl::sysctl::{Sysctls, knobs};
 use ipvsctl::vip::{DEFAULT_DEVICE, VipDevice, VipError};
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use support::TestNetns;
 
 /// The test namespace, pinned.
@@ -446,7 +446,7 @@ fn proc_in(ns: &NetNs, file: &str) -> String {
 #[test]
 fn every_component_stays_in_its_namespace_when_the_name_is_reused() {
     let ns = TestNetns::with_ipvs();
-    let ipvs = Handle::open(&NetNs::named(ns.name())).expect("handle");
+    let ipvs = Handle::open(&NetNs::named(ns.name()), &HandleOptions::new()).expect("handle");
     let lb = ipvs.netns().clone();
     let device = VipDevice::new("vip0").unwrap().netns(lb.clone());
     let resolver = Options::new().netns(lb.clone());

@@ -55,7 +55,7 @@ use ipvsctl::sync::{
 };
 use ipvsctl::sysctl::Sysctls;
 use ipvsctl::vip::{VipDevice, VipReport};
-use ipvsctl::{Handle, NetNs, PinnedNetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs, PinnedNetNs};
 
 use config::Config;
 
@@ -279,7 +279,9 @@ fn run() -> Result<(), String> {
         Some(name) => NetNs::named(name.clone()),
         None => NetNs::Current,
     };
-    let handle = Arc::new(Handle::open(&ns).map_err(|e| format!("open IPVS handle: {e}"))?);
+    let handle = Arc::new(
+        Handle::open(&ns, &HandleOptions::new()).map_err(|e| format!("open IPVS handle: {e}"))?,
+    );
     // From here on, everything works in the namespace the handle pinned.
     let ns = handle.netns().clone();
     let vips = VipDevice::new(args.device.clone())

@@ -50,9 +50,9 @@
 //! # async fn example() -> ipvsctl::Result<()> {
 //! use ipvsctl::asynchronous::AsyncHandle;
 //! use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
-//! use ipvsctl::NetNs;
+//! use ipvsctl::{HandleOptions, NetNs};
 //!
-//! let ipvs = AsyncHandle::open(NetNs::Current).await?;
+//! let ipvs = AsyncHandle::open(NetNs::Current, HandleOptions::new()).await?;
 //! let web = ServiceKey::tcp("192.0.2.10:80".parse().unwrap());
 //! // Both are queued now, in this order; awaited together.
 //! let added = ipvs.add_service(VirtualServer::new(web));
@@ -78,7 +78,7 @@ use crate::model::{
     Timeouts, VirtualServer,
 };
 use crate::sync::{DesiredState, Plan, SyncOptions, SyncReport, Syncer, Verify};
-use crate::{Handle, NetNs, Result};
+use crate::{Handle, HandleOptions, NetNs, Result};
 
 /// A [`Handle`] whose operations run on a worker thread of its own and are
 /// awaited (module docs: ordering, cancellation, panics).
@@ -93,14 +93,14 @@ pub struct AsyncHandle {
 }
 
 impl AsyncHandle {
-    /// Opens a handle in `netns` (as [`Handle::open`]) on a new worker
-    /// thread.
+    /// Opens a handle in `netns` with `options` (as [`Handle::open`]) on a
+    /// new worker thread.
     ///
     /// The namespace is pinned on the worker thread: for [`NetNs::Current`]
     /// that is the namespace of the thread that called `open` (a new thread
     /// starts in its creator's namespace).
-    pub async fn open(netns: NetNs) -> Result<AsyncHandle> {
-        let handle = Worker::once(move || Handle::open(&netns).map(Arc::new))?.await?;
+    pub async fn open(netns: NetNs, options: HandleOptions) -> Result<AsyncHandle> {
+        let handle = Worker::once(move || Handle::open(&netns, &options).map(Arc::new))?.await?;
         AsyncHandle::from_handle(handle)
     }
 
@@ -318,7 +318,7 @@ impl AsyncSyncer {
 
     /// Runs `f` with the syncer on its worker, in order with the other
     /// operations: for its other methods ([`Syncer::forget`],
-    /// [`Syncer::owned`], [`Syncer::options_mut`], …).
+    /// [`Syncer::ledger`], [`Syncer::options_mut`], …).
     pub fn with<T, F>(&self, f: F) -> Reply<T>
     where
         T: Send + 'static,

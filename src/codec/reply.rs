@@ -126,7 +126,7 @@ pub fn service(msg: IpvsMessage) -> Result<ServiceSnapshot, DecodeError> {
 }
 
 /// Decodes the attributes of a service nest.
-pub fn service_from_attrs(attrs: Vec<ServiceAttr>) -> Result<ServiceSnapshot, DecodeError> {
+pub(crate) fn service_from_attrs(attrs: Vec<ServiceAttr>) -> Result<ServiceSnapshot, DecodeError> {
     let mut fold = ServiceFold::default();
     for a in attrs {
         fold.add(a);

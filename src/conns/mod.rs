@@ -380,10 +380,10 @@ impl<R: BufRead> Iterator for ConnReader<R> {
 /// example a handle's, [`crate::Handle::netns`]). Cheap to clone.
 ///
 /// ```no_run
-/// use ipvsctl::{Handle, NetNs};
+/// use ipvsctl::{Handle, HandleOptions, NetNs};
 /// use ipvsctl::conns::ConnTable;
 ///
-/// let ipvs = Handle::open(&NetNs::named("lb"))?;
+/// let ipvs = Handle::open(&NetNs::named("lb"), &HandleOptions::new())?;
 /// let table = ConnTable::new().netns(ipvs.netns().clone());
 /// println!("{} entries", table.connections()?.count());
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -156,7 +156,7 @@ pub struct Handle {
 /// use ipvsctl::{Handle, HandleOptions, NetNs, Timeout};
 /// let timeout = Timeout::new(Duration::from_secs(5))?;
 /// let options = HandleOptions::new().with_timeout(timeout);
-/// let ipvs = Handle::open_with_options(&NetNs::Current, &options)?;
+/// let ipvs = Handle::open(&NetNs::Current, &options)?;
 /// assert_eq!(ipvs.timeout(), timeout);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -224,13 +224,14 @@ impl Handle {
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
     pub fn new() -> Result<Self> {
-        Self::open(&NetNs::Current)
+        Self::open(&NetNs::Current, &HandleOptions::new())
     }
 
-    /// Opens a handle in another network namespace (a path such as
-    /// `/run/netns/NAME`, or an open namespace fd) without moving the calling
-    /// thread: the socket is created inside the namespace and keeps it for
-    /// life.
+    /// Opens a handle in any network namespace (the caller's, a path such
+    /// as `/run/netns/NAME`, or an open namespace fd), with `options` (see
+    /// [`HandleOptions`]), without moving the calling thread: the socket is
+    /// created inside the namespace and keeps it for life. [`Handle::new`]
+    /// is this with the caller's namespace and the default options.
     ///
     /// The namespace is pinned here, once ([`NetNs::pin`]; for
     /// [`NetNs::Current`], the calling thread's namespace): every socket the
@@ -240,16 +241,11 @@ impl Handle {
     /// or a later call comes from a thread in another namespace.
     ///
     /// ```no_run
-    /// use ipvsctl::{Handle, NetNs};
-    /// let ipvs = Handle::open(&NetNs::named("blue"))?;
+    /// use ipvsctl::{Handle, HandleOptions, NetNs};
+    /// let ipvs = Handle::open(&NetNs::named("blue"), &HandleOptions::new())?;
     /// # Ok::<(), ipvsctl::Error>(())
     /// ```
-    pub fn open(netns: &NetNs) -> Result<Self> {
-        Self::open_with_options(netns, &HandleOptions::default())
-    }
-
-    /// [`Handle::open`] with options (see [`HandleOptions`]).
-    pub fn open_with_options(netns: &NetNs, options: &HandleOptions) -> Result<Self> {
+    pub fn open(netns: &NetNs, options: &HandleOptions) -> Result<Self> {
         let netns = netns
             .pin()
             .map_err(|e| Error::io(Operation::OpenNamespace, e))?;
@@ -286,10 +282,10 @@ impl Handle {
     /// the same namespace.
     ///
     /// ```no_run
-    /// use ipvsctl::{Handle, NetNs};
+    /// use ipvsctl::{Handle, HandleOptions, NetNs};
     /// use ipvsctl::sysctl::{Sysctls, knobs};
     ///
-    /// let ipvs = Handle::open(&NetNs::named("lb"))?;
+    /// let ipvs = Handle::open(&NetNs::named("lb"), &HandleOptions::new())?;
     /// let sysctls = Sysctls::new().netns(ipvs.netns().clone());
     /// sysctls.write(&knobs::CONNTRACK, &true)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -444,7 +440,7 @@ impl Handle {
     /// (a syncer's parallel readers).
     pub(crate) fn open_sibling(&self) -> Result<Handle> {
         let options = HandleOptions::new().with_timeout(self.timeout);
-        Handle::open_with_options(&NetNs::from(&self.netns), &options)
+        Handle::open(&NetNs::from(&self.netns), &options)
     }
 
     /// Requests per datagram of the main socket.

@@ -469,12 +469,6 @@ impl<H: Borrow<Handle>> Syncer<H> {
         &self.core.ledger
     }
 
-    /// The services the syncer owns: created by it (or adopted, or claimed
-    /// by its scope while desired), not deleted since and not seen gone.
-    pub fn owned(&self) -> &HashSet<ServiceKey> {
-        self.core.ledger.owned()
-    }
-
     /// Takes services over: they are owned from now on, so a sync changes
     /// them to the desired state (replacing their real servers) and, with
     /// [`Scope::Owned`], deletes them once they are not desired, even though

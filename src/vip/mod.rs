@@ -41,10 +41,10 @@
 //! namespace it pinned when it opened, whatever its name leads to now):
 //!
 //! ```no_run
-//! use ipvsctl::{Handle, NetNs};
+//! use ipvsctl::{Handle, HandleOptions, NetNs};
 //! use ipvsctl::vip::VipDevice;
 //!
-//! let ipvs = Handle::open(&NetNs::named("lb"))?;
+//! let ipvs = Handle::open(&NetNs::named("lb"), &HandleOptions::new())?;
 //! let device = VipDevice::new("kube-ipvs0")?.netns(ipvs.netns().clone());
 //! device.converge(["10.96.0.10".parse()?])?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -192,8 +192,11 @@ pub mod traffic;
 
 pub fn netns_with_handle() -> (TestNetns, ipvsctl::Handle) {
     let ns = TestNetns::with_ipvs();
-    let h = ipvsctl::Handle::open(&ipvsctl::NetNs::path(ns.path()))
-        .expect("open handle in test namespace");
+    let h = ipvsctl::Handle::open(
+        &ipvsctl::NetNs::path(ns.path()),
+        &ipvsctl::HandleOptions::new(),
+    )
+    .expect("open handle in test namespace");
     (ns, h)
 }
 

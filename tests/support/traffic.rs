@@ -31,7 +31,7 @@ use ipvsctl::model::{
     AddressFamily, DestinationSnapshot, ForwardMethod, RealServer, ServiceKey, Stats, VirtualServer,
 };
 use ipvsctl::netlink::netns::run_in;
-use ipvsctl::{Handle, NetNs};
+use ipvsctl::{Handle, HandleOptions, NetNs};
 use rustix::net::{self as rnet, ipproto, sockopt};
 
 use super::TestNetns;
@@ -151,7 +151,8 @@ impl Lab {
             }
             backends.push(b);
         }
-        let handle = Handle::open(&NetNs::path(router.path())).expect("open handle in router");
+        let handle = Handle::open(&NetNs::path(router.path()), &HandleOptions::new())
+            .expect("open handle in router");
         let mut lab = Lab {
             router,
             client,
