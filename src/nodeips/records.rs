@@ -208,7 +208,8 @@ impl AddressRecord {
 ///
 /// ```
 /// use ipvsctl::nodeips::{InterfaceFlags, LinkRecord, Records};
-/// let records = Records { links: vec![LinkRecord::new(1, "lo", InterfaceFlags::LOOPBACK)], addresses: vec![] };
+/// let mut records = Records::default();
+/// records.links.push(LinkRecord::new(1, "lo", InterfaceFlags::LOOPBACK));
 /// assert_eq!(records.links.len(), 1);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -12,8 +12,12 @@ use super::records::InterfaceFlags;
 /// Ordered by address, then interface index, then prefix length.
 ///
 /// ```
-/// use ipvsctl::nodeips::NodeIp;
-/// let ip = NodeIp { addr: "10.0.0.1".parse()?, interface: "ens3".into(), index: 2, prefix_len: 24 };
+/// use ipvsctl::nodeips::{filter, AddressRecord, InterfaceFlags, LinkRecord, Options};
+/// let up = InterfaceFlags::UP | InterfaceFlags::RUNNING | InterfaceFlags::LOWER_UP;
+/// let links = [LinkRecord::new(2, "ens3", up)];
+/// let addrs = [AddressRecord::new(2, "10.0.0.1".parse()?, 24)];
+/// let report = filter(&links, &addrs, &Options::new());
+/// let ip = &report.node_ips()[0];
 /// assert_eq!(ip.to_string(), "10.0.0.1/24 on ens3 (#2)");
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
@@ -132,8 +136,12 @@ impl fmt::Display for AddressVerdict {
 /// One address and what the resolver decided about it.
 ///
 /// ```
-/// use ipvsctl::nodeips::{AddressReport, AddressVerdict};
-/// let a = AddressReport { addr: "fe80::1".parse()?, prefix_len: 64, verdict: AddressVerdict::LinkLocal };
+/// use ipvsctl::nodeips::{filter, AddressRecord, InterfaceFlags, LinkRecord, Options};
+/// let up = InterfaceFlags::UP | InterfaceFlags::RUNNING | InterfaceFlags::LOWER_UP;
+/// let links = [LinkRecord::new(2, "ens3", up)];
+/// let addrs = [AddressRecord::new(2, "fe80::1".parse()?, 64)];
+/// let report = filter(&links, &addrs, &Options::new());
+/// let a = &report.interfaces()[0].addresses[0];
 /// assert_eq!(a.to_string(), "fe80::1/64: IPv6 link-local");
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
@@ -158,11 +166,9 @@ impl fmt::Display for AddressReport {
 /// addresses.
 ///
 /// ```
-/// use ipvsctl::nodeips::{InterfaceFlags, InterfaceReport, InterfaceVerdict};
-/// let r = InterfaceReport {
-///     index: 3, name: "eno1".into(), flags: InterfaceFlags::empty(),
-///     verdict: InterfaceVerdict::Down, addresses: vec![],
-/// };
+/// use ipvsctl::nodeips::{filter, InterfaceFlags, LinkRecord, Options};
+/// let report = filter(&[LinkRecord::new(3, "eno1", InterfaceFlags::empty())], &[], &Options::new());
+/// let r = &report.interfaces()[0];
 /// assert_eq!(r.to_string(), "eno1 (#3): down");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]

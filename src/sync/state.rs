@@ -503,7 +503,7 @@ impl ObservedService {
 /// let mut observed = Observed::new();
 /// observed.insert(ObservedService::new(
 ///     VirtualServer::new(key),
-///     [ObservedDest { server: rs, conns: None }],
+///     [ObservedDest::new(rs, None)],
 /// ));
 /// assert_eq!(observed.get(&key).unwrap().destinations().len(), 1);
 /// ```

@@ -144,7 +144,6 @@ impl fmt::Display for Change {
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {change} {addr} on {device}: {error}{}", detail(message))]
-#[non_exhaustive]
 pub struct AddressFailure {
     /// The device name.
     pub device: String,
