@@ -6,8 +6,8 @@
 //!
 //! Linux only. Talking to IPVS needs `CAP_NET_ADMIN` in the initial user
 //! namespace (in practice: root). The behaviour is tested against the real
-//! kernel IPVS of Debian's Linux 6.1 and 6.12, and the examples'
-//! `ipvsadm-lite` against Debian's `ipvsadm` 1.31.
+//! kernel IPVS of Debian's Linux 5.10, 6.1, 6.12 and newest 7.x, and the
+//! examples' `ipvsadm-lite` against Debian's `ipvsadm` 1.31.
 //!
 //! # Layers
 //!
@@ -18,8 +18,12 @@
 //!    naming the field and the reason before anything is sent.
 //! 2. [`codec`]: model values to and from IPVS generic-netlink messages,
 //!    pure (sans-IO), so it can be tested and fuzzed without a kernel.
-//! 3. [`netlink`]: the socket: family resolution, sequence numbers,
-//!    pipelined batches, bounded waits, network namespaces ([`NetNs`]).
+//! 3. [`netlink`]: network namespaces ([`NetNs`], pinned once as
+//!    [`PinnedNetNs`]) and, privately, the one socket driver and sans-IO
+//!    request pipeline every component's requests go through, generic
+//!    netlink and rtnetlink alike: packing, sequence numbers, overruns, cut
+//!    datagrams, foreign senders, and waits that end at a deadline (a
+//!    [`Timeout`]) whatever signals arrive.
 //! 4. [`Handle`]: the operations, codec and netlink put together: add, edit,
 //!    delete and list services and real servers, timeouts, sync daemons,
 //!    counters, flush, and pipelined batches ([`Handle::apply`]).
@@ -31,7 +35,8 @@
 //!
 //! The crate root holds what every caller touches: [`Handle`] and its
 //! [`HandleOptions`], [`Error`] and [`Result`], the [`Operation`] an error
-//! is about, and the [`NetNs`] a handle works in. Batches of writes
+//! is about, the [`NetNs`] a handle works in (and the [`PinnedNetNs`] every
+//! component takes), and the [`Timeout`] that bounds every wait. Batches of writes
 //! ([`batch::Write`], [`Handle::apply`]) are in [`batch`], which also says
 //! how a `Write`, an `Operation` and the codec's
 //! [`IpvsCmd`](codec::IpvsCmd) differ; what the running kernel supports
@@ -43,6 +48,15 @@
 //!   NodePort services listen on) in one link and one address dump, with a
 //!   per-interface explanation when none is found
 //!   ([`node_ips`](nodeips::node_ips)).
+//! * [`vip`]: a dummy device holding exactly a set of virtual IPs, changed
+//!   by the difference only.
+//! * [`sysctl`]: the IPVS and neighbouring sysctls of a namespace, typed.
+//! * [`conns`]: the connection table (`/proc/net/ip_vs_conn`) of a
+//!   namespace.
+//!
+//! Each works in the caller's namespace unless given a [`PinnedNetNs`]
+//! (for example [`Handle::netns`]), so all of them stay in the namespace
+//! the handle opened even if its name is deleted and made again.
 //! * `kmod` (feature `kmod`): which IPVS kernel modules are built in,
 //!   loaded, loadable or missing, and why (`kmod::check`); loading them on
 //!   request, with a deadline. Without the feature a [`Handle`] still
@@ -121,7 +135,7 @@
 //!   report, loading modules with `modprobe` or `finit_module(2)`, and the
 //!   netlink probes. Off by default: a handle needs only the check, which is
 //!   always compiled in (privately) to explain [`Error::Unavailable`] and to
-//!   fill [`Capabilities`].
+//!   fill [`Capabilities`](capabilities::Capabilities).
 //!
 //! # More
 //!

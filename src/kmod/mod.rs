@@ -91,8 +91,8 @@
 //!
 //! - [`check`] is the answer: the [`Verdict`] of the scheduler's module
 //!   (`ip_vs_<name>`), from files, with the evidence. Nothing is loaded.
-//! - [`Capabilities::scheduler`](crate::Capabilities::scheduler) is the same
-//!   verdict summarised for a handle's user ([`Availability`](crate::Availability):
+//! - [`Capabilities::scheduler`](crate::capabilities::Capabilities::scheduler) is the same
+//!   verdict summarised for a handle's user ([`Availability`](crate::capabilities::Availability):
 //!   built in or loaded is `Present`, listed in `modules.dep` is `Loadable`,
 //!   not listed in a `modules.dep` that was read is `Absent`, unreadable
 //!   files are `Unknown`). It needs no feature: the check behind it is
@@ -125,7 +125,7 @@
 //! Without it, the file check and its report are still compiled in, but
 //! private: they are what a [`Handle`](crate::Handle) needs to explain
 //! [`Error::Unavailable`](crate::Error::Unavailable) and to fill
-//! [`Capabilities`](crate::Capabilities). The loaders (`modprobe`,
+//! [`Capabilities`](crate::capabilities::Capabilities). The loaders (`modprobe`,
 //! `finit_module`), the netlink probes, and the public types come with the
 //! feature. Loading modules needs root and `CAP_SYS_MODULE` and is a
 //! deployment's choice, not every user's: a program that only programs

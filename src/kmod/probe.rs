@@ -154,7 +154,7 @@ pub const DEFAULT_PROBE_TIMEOUT: Timeout = Timeout::from_secs(10);
 /// and `CAP_NET_ADMIN`.
 ///
 /// This is the functional confirmation, layered on the answer of
-/// [`check`](super::check) (or [`Capabilities`](crate::Capabilities) on a
+/// [`check`](super::check) (or [`Capabilities`](crate::capabilities::Capabilities) on a
 /// handle): it changes the kernel's state (it may load a module), so check
 /// first, load what is needed ([`load_needed`](super::load_needed)), then
 /// probe. Never probe `lblc` or `lblcr` before their modules are loaded: the
