@@ -1262,9 +1262,9 @@ fn a_listing_callback_may_change_the_table_it_lists() {
     });
     eprintln!("300 services listed and deleted from the callback in {elapsed:?}");
     assert_eq!(seen, (0..keys.len()).collect::<Vec<_>>());
+    // Nothing waited the handle's timeout out: every call above would have
+    // failed with `Error::Timeout`.
     assert_eq!(h.list_services().unwrap(), vec![]);
-    // Far below one timeout of the handle: nothing waited one out.
-    assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
 }
 
 /// A callback of `list_destinations_each` that panics (on the helper
