@@ -182,53 +182,52 @@ fn dest_requests(n: usize) -> (ServiceKey, Vec<RealServer>) {
     (key, rs)
 }
 
-/// What a batch sender does: build and encode each request into a send
-/// buffer, flushing it at the datagram size.
-#[inline(never)]
-fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize {
+/// Writes `count` requests with `write(buf, index)` into datagram-sized
+/// buffers, flushing each at the datagram size, as a batch sender does;
+/// returns the bytes written.
+fn in_datagrams(
+    count: usize,
+    buf: &mut Vec<u8>,
+    mut write: impl FnMut(&mut Vec<u8>, usize),
+) -> usize {
     let mut total = 0;
     buf.clear();
-    for (seq, r) in rs.iter().enumerate() {
-        let msg = request::new_dest(key, r).expect("valid");
+    for i in 0..count {
         if buf.len() + 256 > DATAGRAM {
             total += buf.len();
             buf.clear();
         }
-        frame::encode_request(buf, &msg, 0x20, seq as u32, frame::NLM_F_ACK).expect("encode");
+        write(buf, i);
     }
     total + buf.len()
+}
+
+/// What a batch sender does: build and encode each request into a send
+/// buffer, flushing it at the datagram size.
+#[inline(never)]
+fn encode_dests(key: &ServiceKey, rs: &[RealServer], buf: &mut Vec<u8>) -> usize {
+    in_datagrams(rs.len(), buf, |buf, i| {
+        let msg = request::new_dest(key, &rs[i]).expect("valid");
+        frame::encode_request(buf, &msg, 0x20, i as u32, frame::NLM_F_ACK).expect("encode");
+    })
 }
 
 /// The `NEW_DEST` operations of `rs`, through `Write::encode` and the codec's
 /// request framing, into datagram-sized buffers.
 #[inline(never)]
 fn encode_ops_via_messages(ops: &[Write], buf: &mut Vec<u8>) -> usize {
-    let mut total = 0;
-    buf.clear();
-    for (seq, op) in ops.iter().enumerate() {
-        if buf.len() + 256 > DATAGRAM {
-            total += buf.len();
-            buf.clear();
-        }
-        let msg = op.encode().expect("valid");
-        frame::encode_request(buf, &msg, 0x20, seq as u32, frame::NLM_F_ACK).expect("encode");
-    }
-    total + buf.len()
+    in_datagrams(ops.len(), buf, |buf, i| {
+        let msg = ops[i].encode().expect("valid");
+        frame::encode_request(buf, &msg, 0x20, i as u32, frame::NLM_F_ACK).expect("encode");
+    })
 }
 
 /// The same operations through the syncer's direct writer.
 #[inline(never)]
 fn encode_ops_direct(ops: &[Write], buf: &mut Vec<u8>) -> usize {
-    let mut total = 0;
-    buf.clear();
-    for (seq, op) in ops.iter().enumerate() {
-        if buf.len() + 256 > DATAGRAM {
-            total += buf.len();
-            buf.clear();
-        }
-        ipvsctl::unstable::encode_write(buf, op, 0x20, seq as u32, frame::NLM_F_ACK);
-    }
-    total + buf.len()
+    in_datagrams(ops.len(), buf, |buf, i| {
+        ipvsctl::unstable::encode_write(buf, &ops[i], 0x20, i as u32, frame::NLM_F_ACK);
+    })
 }
 
 /// Alternating rounds of both routes: per round, the mean of each over
