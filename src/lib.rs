@@ -2,7 +2,13 @@
 //!
 //! Control Linux IPVS, the kernel's layer-4 load balancer, over generic
 //! netlink: typed models, a sans-IO codec, a handle for every `ipvsadm`
-//! operation, and bulk sync of whole tables for kube-proxy-style node agents.
+//! operation, and bulk sync of whole tables to a desired state.
+//!
+//! It is meant for load balancers and node agents built on IPVS:
+//! keepalived-style balancers, kube-router- and kube-vip-style agents,
+//! Swarm-style service meshes, and exporters that read the table and its
+//! counters. (Kubernetes deprecated kube-proxy's own IPVS mode in 1.35,
+//! KEP-5495.)
 //!
 //! Linux only. Talking to IPVS needs `CAP_NET_ADMIN` in the initial user
 //! namespace (in practice: root). The behaviour is tested against the real
@@ -53,14 +59,15 @@
 //! * [`sysctl`]: the IPVS and neighbouring sysctls of a namespace, typed.
 //! * [`conns`]: the connection table (`/proc/net/ip_vs_conn`) of a
 //!   namespace.
-//!
-//! Each works in the caller's namespace unless given a [`PinnedNetNs`]
-//! (for example [`Handle::netns`]), so all of them stay in the namespace
-//! the handle opened even if its name is deleted and made again.
 //! * `kmod` (feature `kmod`): which IPVS kernel modules are built in,
 //!   loaded, loadable or missing, and why (`kmod::check`); loading them on
 //!   request, with a deadline. Without the feature a [`Handle`] still
 //!   explains a missing IPVS with the same check.
+//!
+//! The first four work in the caller's namespace unless given a
+//! [`PinnedNetNs`] (for example [`Handle::netns`]), so all of them stay in
+//! the namespace the handle opened even if its name is deleted and made
+//! again.
 //!
 //! # Example
 //!
@@ -139,11 +146,15 @@
 //!
 //! # More
 //!
-//! The repository's `docs/` covers the kernel facts found while testing
-//! (`docs/kernel-notes.md`) and the examples (`ipvsadm-lite`, a drop-in for
-//! `ipvsadm` 1.31, and `mini-proxy`, a small service proxy); its
-//! CONTRIBUTING.md covers testing against real kernels and fuzzing. Measured figures, with how and on which kernel they were taken,
-//! are in `docs/performance.md`.
+//! The repository's README has a quick start that runs on a machine
+//! without IPVS too (`examples/quick_start.rs`, in a QEMU guest). Its
+//! `docs/` covers the kernel facts found while testing
+//! (`docs/kernel-notes.md`), the examples (`ipvsadm-lite`, a drop-in for
+//! `ipvsadm` 1.31, and `mini-proxy`, a small service proxy) and porting from
+//! the Go libraries moby/ipvs and cloudflare/ipvs and from kube-proxy
+//! (`docs/porting.md`); its CONTRIBUTING.md covers testing against real
+//! kernels and fuzzing. Measured figures, with how and on which kernel they
+//! were taken, are in `docs/performance.md`.
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
