@@ -59,12 +59,16 @@
 //! * [`sysctl`]: the IPVS and neighbouring sysctls of a namespace, typed.
 //! * [`conns`]: the connection table (`/proc/net/ip_vs_conn`) of a
 //!   namespace.
+//! * [`conntrack`]: the connection-tracking entries of a service, of one
+//!   real server behind it or of a virtual address, read and deleted over
+//!   ctnetlink (what `conntrack -D` does after a UDP or SCTP real server
+//!   goes away).
 //! * `kmod` (feature `kmod`): which IPVS kernel modules are built in,
 //!   loaded, loadable or missing, and why (`kmod::check`); loading them on
 //!   request, with a deadline. Without the feature a [`Handle`] still
 //!   explains a missing IPVS with the same check.
 //!
-//! The first four work in the caller's namespace unless given a
+//! The first five work in the caller's namespace unless given a
 //! [`PinnedNetNs`] (for example [`Handle::netns`]), so all of them stay in
 //! the namespace the handle opened even if its name is deleted and made
 //! again.
@@ -162,6 +166,7 @@
 pub mod asynchronous;
 pub mod codec;
 pub mod conns;
+pub mod conntrack;
 mod handle;
 #[cfg(feature = "kmod")]
 pub mod kmod;

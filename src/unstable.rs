@@ -25,11 +25,23 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+pub use crate::codec::conntrack::entry::NewEntry;
 pub use crate::netlink::exchange::Exchange;
 pub use crate::netlink::pipeline::{
     Failure, Io, Kind, Limits, Outcomes, Pipeline, Push, Reply, Staged,
 };
 pub use crate::netlink::socket::{Datagram, DumpSize, NlSocket, Protocol};
+
+/// Creates conntrack `entries` (as `conntrack -I` does) in `ct`'s
+/// namespace, many per datagram: for tests and benchmarks that need a
+/// table of a given size. Returns how many were created; the first entry
+/// the kernel refused is the error.
+pub fn conntrack_create(
+    ct: &crate::conntrack::Conntrack,
+    entries: &[NewEntry],
+) -> Result<usize, crate::conntrack::ConntrackError> {
+    crate::conntrack::create::create(ct, entries)
+}
 
 /// Appends the request for `write` straight into `out`, as the syncer's
 /// writer does (no [`crate::codec::IpvsMessage`] built): the same bytes as

@@ -16,7 +16,10 @@
 //!   controller;
 //! * `route` (crate-private) — the rtnetlink requests of [`crate::vip`] and
 //!   [`crate::nodeips`] through one framing function, and the one decoder
-//!   of link and address messages, one attribute space per file.
+//!   of link and address messages, one attribute space per file;
+//! * [`conntrack`] — ctnetlink (`NETLINK_NETFILTER`): the dump, delete and
+//!   create requests of [`crate::conntrack`] and the decoder of the
+//!   entries a dump reports ([`conntrack::decode_datagram`]).
 //!
 //! Nothing here panics on input: a truncated or hostile reply is a
 //! [`DecodeError`].
@@ -55,6 +58,7 @@
 //! ```
 
 pub mod attr;
+pub mod conntrack;
 pub mod consts;
 pub mod ctrl;
 mod error;

@@ -1,5 +1,5 @@
-//! The crate's one netlink socket, for generic netlink (IPVS) and rtnetlink
-//! (VIP devices, node IPs) alike: opening in any namespace, connecting to
+//! The crate's one netlink socket, for generic netlink (IPVS), rtnetlink
+//! (VIP devices, node IPs) and nfnetlink (connection tracking) alike: opening in any namespace, connecting to
 //! the kernel, buffer sizing, raw send, and the two receives the driver
 //! ([`super::drive`]) uses. Everything about message layout lives in
 //! [`crate::codec::frame`]; every rule about answers in
@@ -20,7 +20,7 @@
 use std::io;
 use std::time::Duration;
 
-use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_ROUTE};
+use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_NETFILTER, NETLINK_ROUTE};
 use netlink_sys::{Socket, SocketAddr};
 use rustix::net::sockopt;
 
@@ -59,6 +59,8 @@ pub enum Protocol {
     Generic,
     /// rtnetlink (`NETLINK_ROUTE`): links and addresses.
     Route,
+    /// nfnetlink (`NETLINK_NETFILTER`): connection tracking (ctnetlink).
+    Netfilter,
 }
 
 impl Protocol {
@@ -66,6 +68,7 @@ impl Protocol {
         match self {
             Protocol::Generic => NETLINK_GENERIC,
             Protocol::Route => NETLINK_ROUTE,
+            Protocol::Netfilter => NETLINK_NETFILTER,
         }
     }
 }

@@ -1,0 +1,161 @@
+//! The I/O: a ctnetlink socket, one dump and pipelined deletes through the
+//! crate's one request pipeline (overruns, cut datagrams, foreign senders,
+//! stale answers and the receive deadline handled as for IPVS).
+
+use std::collections::HashSet;
+use std::io;
+
+use super::ConntrackError;
+use crate::Timeout;
+use crate::codec::DecodeError;
+use crate::codec::conntrack::{self as codec, CtRequest, Entry};
+use crate::netlink::netns::NetNs;
+use crate::netlink::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol, Reply};
+
+/// How many times a dump is asked for before its failure is reported, when
+/// its answer was cut, its answers were dropped or the kernel flagged it
+/// interrupted.
+const MAX_ATTEMPTS: u32 = 5;
+/// `EPERM`, `ENOENT`, `EINVAL`, `EOPNOTSUPP`, `EPROTONOSUPPORT`.
+const EPERM: i32 = 1;
+pub(crate) const ENOENT: i32 = 2;
+const EINVAL: i32 = 22;
+const EOPNOTSUPP: i32 = 95;
+const EPROTONOSUPPORT: i32 = 93;
+
+pub(crate) const DUMP: &str = "dump";
+
+/// A netfilter netlink socket with its request numbering.
+#[derive(Debug)]
+pub(crate) struct Ctnl {
+    sock: NlSocket,
+    seq: u32,
+}
+
+impl Ctnl {
+    /// Opens a `NETLINK_NETFILTER` socket in `netns`; a kernel without
+    /// nfnetlink (`EPROTONOSUPPORT`, after the kernel tried to load it) is
+    /// [`ConntrackError::Unsupported`].
+    pub(crate) fn open(netns: &NetNs, timeout: Timeout) -> Result<Ctnl, ConntrackError> {
+        match NlSocket::open(netns, Protocol::Netfilter, DumpSize::Large, timeout) {
+            Ok(sock) => Ok(Ctnl { sock, seq: 0 }),
+            Err(e) if e.raw_os_error() == Some(EPROTONOSUPPORT) => {
+                Err(ConntrackError::Unsupported {
+                    detail: format!("no NETLINK_NETFILTER socket ({e}): nfnetlink is missing"),
+                })
+            }
+            Err(e) => Err(ConntrackError::Socket(e)),
+        }
+    }
+
+    /// Runs `requests` through the pipeline; each data message goes to
+    /// `decode(type, payload)`, each outcome to `on_reply` in order.
+    pub(crate) fn run<'a, T, D>(
+        &mut self,
+        requests: impl IntoIterator<Item = (CtRequest<'a>, Kind, T)>,
+        mut decode: impl FnMut(u16, &[u8]) -> Result<D, DecodeError>,
+        on_reply: impl FnMut(usize, T, Reply<D>),
+    ) -> io::Result<()> {
+        let write = |request: &CtRequest<'a>, out: &mut Vec<u8>, seq, flags| {
+            request.write(out, seq, flags);
+            Ok(())
+        };
+        Exchange::new(&mut self.sock, &mut self.seq).run_with(
+            requests,
+            write,
+            |_, kind, body| decode(kind, body),
+            on_reply,
+        )
+    }
+}
+
+/// The error of a request the kernel refused.
+pub(crate) fn kernel_error(request: &'static str, errno: i32) -> ConntrackError {
+    match errno {
+        EPERM => ConntrackError::PermissionDenied { request },
+        _ => ConntrackError::Kernel {
+            request,
+            source: io::Error::from_raw_os_error(errno),
+        },
+    }
+}
+
+/// One dump of the entries of `family` (`AF_UNSPEC`: all), asked again when
+/// its answer was cut, dropped or flagged interrupted, up to
+/// [`MAX_ATTEMPTS`] times; returns the entries (each once) and the number
+/// of dumps asked for.
+pub(crate) fn dump(ctnl: &mut Ctnl, family: u8) -> Result<(Vec<Entry>, u32), ConntrackError> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut answer = None;
+        ctnl.run(
+            [(CtRequest::Dump(family), Kind::Dump, ())],
+            codec::decode,
+            |_, (), reply| answer = Some(reply),
+        )
+        .map_err(|source| ConntrackError::Io {
+            request: DUMP,
+            source,
+        })?;
+        let Some(reply) = answer else {
+            return Err(ConntrackError::Io {
+                request: DUMP,
+                source: io::Error::other("the dump got no outcome"),
+            });
+        };
+        let retry = match reply.result {
+            Ok(()) if !reply.interrupted => {
+                return Ok((unique(reply.data.into_iter().flatten()), attempts));
+            }
+            Ok(()) => io::Error::other("the kernel kept flagging the dump interrupted"),
+            Err(Failure::Truncated) => {
+                io::Error::other("answer datagrams kept overflowing the receive buffer")
+            }
+            Err(Failure::Lost | Failure::Unanswered) => {
+                io::Error::other("the kernel kept dropping the answers (receive buffer overrun)")
+            }
+            Err(Failure::Kernel(e)) => {
+                return Err(match e.errno() {
+                    // nfnetlink answers EINVAL for a subsystem it does not
+                    // have once request_module could not load it.
+                    EINVAL | EOPNOTSUPP => ConntrackError::Unsupported {
+                        detail: format!(
+                            "the kernel answered a ctnetlink dump with {}: \
+                             nf_conntrack_netlink is not loaded and could not be loaded",
+                            io::Error::from_raw_os_error(e.errno())
+                        ),
+                    },
+                    errno => kernel_error(DUMP, errno),
+                });
+            }
+            Err(Failure::Decode(e)) => {
+                return Err(ConntrackError::Malformed {
+                    request: DUMP,
+                    detail: e.to_string(),
+                });
+            }
+            Err(Failure::TimedOut { waited }) => {
+                return Err(ConntrackError::Timeout {
+                    request: DUMP,
+                    waited,
+                });
+            }
+        };
+        if attempts >= MAX_ATTEMPTS {
+            return Err(ConntrackError::Io {
+                request: DUMP,
+                source: retry,
+            });
+        }
+    }
+}
+
+/// The entries, each once: a dump walks a hash table that may change
+/// meanwhile and can report an entry twice.
+fn unique(entries: impl Iterator<Item = Entry>) -> Vec<Entry> {
+    let mut seen = HashSet::new();
+    entries
+        .filter(|e| seen.insert((e.id, e.orig, e.zone)))
+        .collect()
+}

@@ -1,0 +1,328 @@
+//! Connection-tracking cleanup on the real kernel, with real traffic
+//! through IPVS (`tests/support/traffic.rs`'s lab: client, router running
+//! IPVS with `net.ipv4.vs.conntrack=1` and `expire_nodest_conn=1` as
+//! kube-proxy sets them, backends): `ipvsctl::conntrack` reads the entries
+//! the traffic made and deletes exactly those of a service or of one real
+//! server, in IPv4, IPv6 and SCTP; and a UDP client that keeps its source
+//! port reaches the new real server after the old one was replaced and its
+//! entries deleted.
+//!
+//! IPVS registers no conntrack hooks of its own (but for FTP services): a
+//! namespace has conntrack entries only once something needs them. Like a
+//! node that runs kube-proxy's iptables or nftables rules, the router gets
+//! one nftables rule that uses conntrack (Debian package nftables).
+//!
+//! Runs in the VM through the cargo runner (`cargo test --test kernel_conntrack`).
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use ipvsctl::conntrack::{Conntrack, ConntrackError, Entry, Filter};
+use ipvsctl::model::{AddressFamily, ForwardMethod, Protocol, ServiceKey, VirtualServer};
+use ipvsctl::netlink::netns::run_in;
+use ipvsctl::{NetNs, Timeout};
+use support::traffic::{BPORT, Lab, Proto, REQUEST, VPORT, vip};
+
+/// How long the scenario client waits for each answer.
+const ANSWER_WAIT: Duration = Duration::from_millis(300);
+/// How many datagrams the scenario client sends after a change.
+const TRIES: usize = 6;
+
+/// A lab with `n` backends whose router tracks connections the way a
+/// kube-proxy node does.
+fn lab(n: usize) -> Lab {
+    support::print_kernel_once();
+    let lab = Lab::new(n, BPORT, false);
+    lab.router.run(
+        "sysctl",
+        &[
+            "-qw",
+            "net.ipv4.vs.conntrack=1",
+            "net.ipv4.vs.expire_nodest_conn=1",
+        ],
+    );
+    lab.router.run(
+        "nft",
+        &["add table inet ct; \
+           add chain inet ct pre { type filter hook prerouting priority 0 ; } ; \
+           add rule inet ct pre ct state new counter"],
+    );
+    lab
+}
+
+fn conntrack(lab: &Lab) -> Conntrack {
+    Conntrack::new()
+        .netns(lab.handle.netns().clone())
+        .timeout(Timeout::new(Duration::from_secs(5)).expect("timeout"))
+}
+
+fn key(proto: Proto, family: AddressFamily, port: u16) -> ServiceKey {
+    let addr = SocketAddr::new(vip(family), port);
+    match proto {
+        Proto::Tcp => ServiceKey::tcp(addr),
+        Proto::Udp => ServiceKey::udp(addr),
+        Proto::Sctp => ServiceKey::sctp(addr),
+    }
+}
+
+/// A masqueraded round-robin service on `key` to the given backends.
+fn program(lab: &Lab, key: ServiceKey, backends: &[usize]) {
+    let dests: Vec<(usize, u32)> = backends.iter().map(|&i| (i, 1)).collect();
+    lab.program(
+        &VirtualServer::new(key),
+        &dests,
+        BPORT,
+        ForwardMethod::Masquerade,
+    );
+}
+
+/// The reply sources of `entries`, sorted (which real servers they map to).
+fn reply_sources(entries: &[Entry]) -> Vec<SocketAddr> {
+    let mut v: Vec<SocketAddr> = entries
+        .iter()
+        .map(|e| SocketAddr::new(e.reply.src, e.reply.src_port))
+        .collect();
+    v.sort();
+    v
+}
+
+/// (a) Deleting a UDP service's entries leaves another UDP service's and a
+/// TCP service's entries alone; `entries` shows them before and after.
+#[test]
+fn delete_by_service_removes_only_that_service() {
+    let lab = lab(1);
+    let fam = AddressFamily::Inet;
+    let (udp, other, tcp) = (
+        key(Proto::Udp, fam, VPORT),
+        key(Proto::Udp, fam, VPORT + 1),
+        key(Proto::Tcp, fam, VPORT),
+    );
+    for k in [udp, other, tcp] {
+        program(&lab, k, &[0]);
+    }
+    for (proto, port) in [
+        (Proto::Udp, VPORT),
+        (Proto::Udp, VPORT + 1),
+        (Proto::Tcp, VPORT),
+    ] {
+        for _ in 0..3 {
+            let to = SocketAddr::new(vip(fam), port);
+            assert_eq!(lab.request(proto, to), "backend-0");
+        }
+    }
+    let ct = conntrack(&lab);
+    let f_udp = Filter::service(&udp).expect("filter");
+    let f_other = Filter::service(&other).expect("filter");
+    let f_tcp = Filter::service(&tcp).expect("filter");
+    let before = ct.entries(&f_udp).expect("entries");
+    assert_eq!(before.len(), 3, "{before:#?}");
+    let rs = Lab::backend_addr(0, BPORT, fam);
+    assert_eq!(reply_sources(&before), vec![rs; 3]);
+    assert!(before.iter().all(|e| e.id.is_some() && e.timeout.is_some()));
+    assert_eq!(ct.entries(&f_other).expect("entries").len(), 3);
+    assert_eq!(ct.entries(&f_tcp).expect("entries").len(), 3);
+
+    // A TCP filter is refused for deletion unless allowed, before anything
+    // is sent.
+    assert!(matches!(
+        ct.delete(&f_tcp),
+        Err(ConntrackError::InvalidFilter {
+            field: "protocol",
+            ..
+        })
+    ));
+    let report = ct.delete(&f_udp).expect("delete");
+    println!("delete by service: {report:?}");
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.total.found, 3);
+    assert_eq!(report.total.deleted + report.total.already_gone, 3);
+    assert_eq!(report.per_filter[0].deleted, report.total.deleted);
+    assert!(ct.entries(&f_udp).expect("entries").is_empty());
+    assert_eq!(ct.entries(&f_other).expect("entries").len(), 3);
+    assert_eq!(ct.entries(&f_tcp).expect("entries").len(), 3);
+}
+
+/// (b), (c) Deleting by real server removes only the entries whose reply
+/// source is that server, in `family`.
+fn delete_by_real_server(family: AddressFamily) {
+    let lab = lab(2);
+    let k = key(Proto::Udp, family, VPORT);
+    program(&lab, k, &[0, 1]);
+    let round = lab.spread(Proto::Udp, family, 4);
+    assert_eq!(round.seen.len(), 2, "{round:?}");
+    let ct = conntrack(&lab);
+    let (a, b) = (
+        Lab::backend_addr(0, BPORT, family),
+        Lab::backend_addr(1, BPORT, family),
+    );
+    let svc = Filter::service(&k).expect("filter");
+    assert_eq!(
+        reply_sources(&ct.entries(&svc).expect("entries")),
+        vec![a, a, b, b]
+    );
+    let report = ct
+        .delete(&Filter::real_server(&k, a).expect("filter"))
+        .expect("delete");
+    println!("delete by real server ({family:?}): {report:?}");
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.total.found, 2);
+    assert_eq!(report.total.deleted, 2);
+    assert_eq!(
+        reply_sources(&ct.entries(&svc).expect("entries")),
+        vec![b, b]
+    );
+}
+
+#[test]
+fn delete_by_real_server_ipv4() {
+    delete_by_real_server(AddressFamily::Inet);
+}
+
+#[test]
+fn delete_by_real_server_ipv6() {
+    delete_by_real_server(AddressFamily::Inet6);
+}
+
+/// (d) SCTP entries of a service, where the guest kernel has SCTP.
+#[test]
+fn delete_sctp_service() {
+    let mut lab = lab(2);
+    if !support::traffic::modprobe("sctp") || lab.serve_sctp(BPORT).is_err() {
+        println!(
+            "SKIPPED: no SCTP in this kernel ({})",
+            support::kernel_release()
+        );
+        return;
+    }
+    let fam = AddressFamily::Inet;
+    let k = key(Proto::Sctp, fam, VPORT);
+    program(&lab, k, &[0, 1]);
+    let round = lab.spread(Proto::Sctp, fam, 2);
+    assert_eq!(round.seen.len(), 2, "{round:?}");
+    let ct = conntrack(&lab);
+    let a = Lab::backend_addr(0, BPORT, fam);
+    let svc = Filter::service(&k).expect("filter");
+    let before = ct.entries(&svc).expect("entries");
+    assert_eq!(before.len(), 2, "{before:#?}");
+    assert!(before.iter().all(|e| e.orig.protocol == Protocol::Sctp));
+    let report = ct
+        .delete(&Filter::real_server(&k, a).expect("filter"))
+        .expect("delete");
+    assert_eq!(
+        (report.total.found, report.total.deleted),
+        (1, 1),
+        "{report:?}"
+    );
+    let report = ct.delete(&svc).expect("delete");
+    assert_eq!(
+        (report.total.found, report.total.deleted),
+        (1, 1),
+        "{report:?}"
+    );
+    assert!(ct.entries(&svc).expect("entries").is_empty());
+}
+
+/// A UDP client that keeps one source port, in the client namespace.
+struct StickyClient {
+    sock: UdpSocket,
+    to: SocketAddr,
+}
+
+impl StickyClient {
+    fn new(lab: &Lab, to: SocketAddr, port: u16) -> StickyClient {
+        let any: IpAddr = if to.is_ipv4() {
+            "0.0.0.0".parse().expect("literal")
+        } else {
+            "::".parse().expect("literal")
+        };
+        let sock = run_in(&NetNs::path(lab.client.path()), || {
+            UdpSocket::bind(SocketAddr::new(any, port))
+        })
+        .expect("client socket");
+        sock.set_read_timeout(Some(ANSWER_WAIT)).expect("timeout");
+        StickyClient { sock, to }
+    }
+
+    /// One datagram; the name that answered, or `None` if nothing came
+    /// within [`ANSWER_WAIT`].
+    fn ask(&self) -> Option<String> {
+        self.sock.send_to(REQUEST, self.to).expect("send");
+        let mut buf = [0u8; 64];
+        // Late answers to earlier datagrams are read first; the wait per
+        // receive is bounded, and so is their number.
+        self.sock
+            .recv_from(&mut buf)
+            .ok()
+            .map(|(n, _)| String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// [`TRIES`] datagrams: what answered each.
+    fn tries(&self) -> Vec<Option<String>> {
+        (0..TRIES).map(|_| self.ask()).collect()
+    }
+}
+
+/// Replaces real server `from` of `k` by `to` (delete, then add).
+fn replace(lab: &Lab, k: &ServiceKey, family: AddressFamily, from: usize, to: usize) {
+    let old = Lab::backend_addr(from, BPORT, family);
+    lab.handle
+        .delete_destination(k, old)
+        .expect("delete real server");
+    lab.add_dests(k, family, &[(to, 1)], BPORT, ForwardMethod::Masquerade);
+}
+
+/// (f) The replacement scenario in `family`: without cleanup, what a client
+/// that keeps its source port gets is recorded; with
+/// `delete(real server)` after the IPVS change, its next datagrams reach
+/// the new real server.
+fn replacement(family: AddressFamily) {
+    let lab = lab(2);
+    let ct = conntrack(&lab);
+    let release = support::kernel_release();
+    let (without, with) = (
+        key(Proto::Udp, family, VPORT),
+        key(Proto::Udp, family, VPORT + 1),
+    );
+    program(&lab, without, &[0]);
+    program(&lab, with, &[0]);
+    let a = Lab::backend_addr(0, BPORT, family);
+
+    let c1 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT), 41_001);
+    assert_eq!(c1.ask().as_deref(), Some("backend-0"));
+    replace(&lab, &without, family, 0, 1);
+    let seen = c1.tries();
+    println!("kernel {release} {family:?}: without cleanup, after the replacement: {seen:?}");
+
+    let c2 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT + 1), 41_002);
+    assert_eq!(c2.ask().as_deref(), Some("backend-0"));
+    replace(&lab, &with, family, 0, 1);
+    let report = ct
+        .delete(&Filter::real_server(&with, a).expect("filter"))
+        .expect("delete");
+    println!("kernel {release} {family:?}: cleanup {report:?}");
+    assert_eq!(report.total.found, 1, "{report:?}");
+    assert_eq!(report.total.deleted, 1, "{report:?}");
+    let seen = c2.tries();
+    println!("kernel {release} {family:?}: with cleanup, after the replacement: {seen:?}");
+    assert!(
+        !seen.iter().any(|s| s.as_deref() == Some("backend-0")),
+        "the removed real server answered: {seen:?}"
+    );
+    assert_eq!(
+        seen.last().cloned().flatten().as_deref(),
+        Some("backend-1"),
+        "the new real server does not answer: {seen:?}"
+    );
+}
+
+#[test]
+fn replacement_ipv4_udp() {
+    replacement(AddressFamily::Inet);
+}
+
+#[test]
+fn replacement_ipv6_udp() {
+    replacement(AddressFamily::Inet6);
+}
