@@ -10,7 +10,7 @@ mod capture;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP};
+use ipvsctl::codec::frame::{self, FrameBody, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use ipvsctl::codec::{IpvsMessage, request};
 use ipvsctl::unstable::{Failure, Io, Kind, Limits, Pipeline, Push, Reply, Staged};
 
@@ -133,6 +133,31 @@ fn only_the_last_quiet_request_asks_for_an_ack() {
     assert!(out.iter().all(|(_, r)| r.result.is_ok()));
     assert_eq!(pipe.next_io(), Io::Idle);
     assert_eq!(pipe.next_seq(), 5);
+}
+
+/// The ACK the last quiet request of a datagram asks for is added to its
+/// own flags: a create request (`NLM_F_CREATE`, as a conntrack entry's)
+/// stays a create.
+#[test]
+fn the_last_quiet_request_keeps_its_own_flags() {
+    const NLM_F_CREATE: u16 = 0x400;
+    let mut pipe = pipeline(1, 64);
+    let mut buf = Vec::new();
+    for tag in 0..2 {
+        let msg = request::flush();
+        let pushed = pipe.push(&mut buf, Kind::Quiet, tag, |out, seq, flags| {
+            frame::encode_request(out, &msg, FAMILY, seq, flags | NLM_F_CREATE).map(drop)
+        });
+        assert!(matches!(pushed, Ok(Push::Added)));
+    }
+    assert!(pipe.seal(&mut buf));
+    assert_eq!(
+        flags_of(&buf),
+        [
+            NLM_F_REQUEST | NLM_F_CREATE,
+            NLM_F_REQUEST | NLM_F_CREATE | NLM_F_ACK
+        ]
+    );
 }
 
 #[test]

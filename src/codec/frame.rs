@@ -274,6 +274,16 @@ pub fn set_flags(buf: &mut [u8], flags: u16) {
     }
 }
 
+/// Adds `flags` to the flags of the message that starts `buf`, keeping
+/// the ones it has (`NLM_F_CREATE` of a create request, say); shorter
+/// input is left alone.
+pub(crate) fn add_flags(buf: &mut [u8], flags: u16) {
+    if let Some(f) = buf.get_mut(6..8) {
+        let had = u16::from_ne_bytes([f[0], f[1]]);
+        f.copy_from_slice(&(had | flags).to_ne_bytes());
+    }
+}
+
 /// The header of the first message of `buf`, even when the rest of the
 /// datagram was cut off (a receive buffer too small for it): enough to tell
 /// whose answer was lost.

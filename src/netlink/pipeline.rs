@@ -336,7 +336,9 @@ impl<T, D> Staged<T, D> {
         if self.requests.back().is_some_and(|p| p.kind == Kind::Quiet)
             && let Some(last) = buf.get_mut(self.last_at..)
         {
-            frame::set_flags(last, NLM_F_REQUEST | NLM_F_ACK);
+            // Only the ACK is added: a request's own flags (a create's
+            // NLM_F_CREATE) stay.
+            frame::add_flags(last, NLM_F_REQUEST | NLM_F_ACK);
         }
         self.sealed = true;
         true
