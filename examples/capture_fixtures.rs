@@ -7,6 +7,7 @@
 //! ```text
 //! capture_fixtures guest        # whole scenario; prints the fixture bundle
 //! capture_fixtures op STEP      # one ipvsctl step in the current namespace
+//! capture_fixtures conntrack    # ctnetlink dump and deletes (tests/fixtures/*/conntrack.txt)
 //! ```
 //!
 //! `guest` creates two network namespaces (one per tool), runs each step of
@@ -39,6 +40,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("op") if args.len() == 2 => op(&args[1]),
+        Some("conntrack") => match conntrack_capture() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("capture_fixtures: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Some("guest") => match guest() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -47,7 +55,9 @@ fn main() -> ExitCode {
             }
         },
         _ => {
-            eprintln!("usage: capture_fixtures guest | capture_fixtures op STEP");
+            eprintln!(
+                "usage: capture_fixtures guest | capture_fixtures op STEP | capture_fixtures conntrack"
+            );
             ExitCode::from(2)
         }
     }
@@ -551,6 +561,153 @@ fn guest() -> Result<(), String> {
     }
     let _ = run(Command::new("ip").args(["netns", "del", ns]));
     println!("=== FILE {release}/ipvsadm.txt");
+    print!("{text}");
+    println!("=== END");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- ctnetlink
+
+/// The conntrack capture (`capture_fixtures conntrack`): in a fresh
+/// namespace, entries of IPv4 UDP, IPv6 UDP, SCTP and TCP made with
+/// `IPCTNL_MSG_CT_NEW` (as `conntrack -I` makes them), then a dump, a
+/// delete of the IPv4 UDP entry and the same delete again (`ENOENT`),
+/// recorded datagram by datagram as the socket sent and received them.
+/// Needs the feature `unstable` (the socket and the create request).
+#[cfg(not(feature = "unstable"))]
+fn conntrack_capture() -> Result<(), String> {
+    Err("the conntrack capture needs the feature unstable".into())
+}
+
+/// See the other `conntrack_capture`.
+#[cfg(feature = "unstable")]
+fn conntrack_capture() -> Result<(), String> {
+    use ipvsctl::codec::conntrack::{decode_datagram, encode_delete, encode_dump};
+    use ipvsctl::codec::frame::{NLM_F_ACK, NLM_F_DUMP};
+    use ipvsctl::conntrack::{Conntrack, Tuple};
+    use ipvsctl::model::Protocol;
+    use ipvsctl::unstable::{DumpSize, NewEntry, NlSocket, Protocol as Nl, conntrack_create};
+    use ipvsctl::{NetNs, Timeout};
+
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_err(|e| format!("kernel release: {e}"))?
+        .trim()
+        .to_owned();
+    let ns = "ipvscap-ct";
+    let _ = run(Command::new("ip").args(["netns", "del", ns]));
+    must(Command::new("ip").args(["netns", "add", ns]))?;
+    let pinned = NetNs::named(ns).pin().map_err(|e| e.to_string())?;
+    let _ = run(Command::new("ip").args(["netns", "del", ns]));
+    let masq = |p, client: &str, vip: &str, real: &str| {
+        let (c, v, r): (
+            std::net::SocketAddr,
+            std::net::SocketAddr,
+            std::net::SocketAddr,
+        ) = (
+            client.parse().expect("literal"),
+            vip.parse().expect("literal"),
+            real.parse().expect("literal"),
+        );
+        NewEntry {
+            orig: Tuple::new(c.ip(), v.ip(), p, c.port(), v.port()),
+            reply: Tuple::new(r.ip(), c.ip(), p, r.port(), c.port()),
+            timeout: 3600,
+        }
+    };
+    let entries = [
+        masq(
+            Protocol::Udp,
+            "10.0.0.2:40000",
+            "10.9.9.9:53",
+            "10.1.0.2:5353",
+        ),
+        masq(
+            Protocol::Udp,
+            "[fd00::2]:40001",
+            "[fd09::9]:53",
+            "[fd01::2]:5353",
+        ),
+        masq(
+            Protocol::Sctp,
+            "10.0.0.2:40002",
+            "10.9.9.9:3868",
+            "10.1.0.2:3868",
+        ),
+        masq(
+            Protocol::Tcp,
+            "10.0.0.2:40003",
+            "10.9.9.9:80",
+            "10.1.0.2:8080",
+        ),
+    ];
+    let ct = Conntrack::new().netns(pinned.clone());
+    let made = conntrack_create(&ct, &entries).map_err(|e| e.to_string())?;
+    if made != entries.len() {
+        return Err(format!("{made} of {} entries made", entries.len()));
+    }
+    let mut sock = NlSocket::open(
+        &NetNs::Pinned(pinned),
+        Nl::Netfilter,
+        DumpSize::Large,
+        Timeout::ROUTE_DEFAULT,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = format!(
+        "# Netlink datagrams between ipvsctl and ctnetlink (NETLINK_NETFILTER) of\n\
+         # Linux {release}, captured by scripts/capture-fixtures --conntrack\n\
+         # (examples/capture_fixtures.rs conntrack); see tests/fixtures/README.md.\n"
+    );
+    // One request and every datagram of its answer, up to the end of a
+    // dump or the first error or ACK.
+    let mut exchange = |req: &[u8], dump: bool| -> Result<Vec<Datagram>, String> {
+        sock.send(req).map_err(|e| e.to_string())?;
+        let mut dgs = vec![Datagram {
+            sent: true,
+            bytes: req.to_vec(),
+        }];
+        loop {
+            let d = sock.recv().map_err(|e| e.to_string())?.to_vec();
+            let last = ipvsctl::codec::frame::frames(&d).any(|f| {
+                f.is_ok_and(|f| {
+                    matches!(
+                        f.body,
+                        ipvsctl::codec::frame::FrameBody::Done(_)
+                            | ipvsctl::codec::frame::FrameBody::Error(_)
+                    )
+                })
+            });
+            dgs.push(Datagram {
+                sent: false,
+                bytes: d,
+            });
+            if last || !dump {
+                return Ok(dgs);
+            }
+        }
+    };
+    let mut req = Vec::new();
+    encode_dump(&mut req, None, 1, NLM_F_DUMP);
+    let dump = exchange(&req, true)?;
+    record_step(&mut text, "ct-dump", "dump every family", 0, "", &dump);
+    let found: Vec<_> = dump
+        .iter()
+        .filter(|d| !d.sent)
+        .map(|d| decode_datagram(&d.bytes).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    let udp4 = found
+        .iter()
+        .find(|e| e.orig.protocol == Protocol::Udp && e.orig.src.is_ipv4())
+        .ok_or("the dump has no IPv4 UDP entry")?;
+    for (seq, step) in [(2, "ct-delete"), (3, "ct-delete-gone")] {
+        req.clear();
+        encode_delete(&mut req, udp4, seq, NLM_F_ACK);
+        let dgs = exchange(&req, false)?;
+        record_step(&mut text, step, "delete the IPv4 UDP entry", 0, "", &dgs);
+    }
+    println!("=== FILE {release}/conntrack.txt");
     print!("{text}");
     println!("=== END");
     Ok(())

@@ -137,6 +137,11 @@ fn pipeline_corpus() {
 }
 
 #[test]
+fn conntrack_corpus() {
+    replay_target("conntrack");
+}
+
+#[test]
 fn ledger_file_corpus() {
     // The check's files go once the replay is done, whether it passed or not.
     struct RemoveFiles;

@@ -45,9 +45,9 @@ fn lab(n: usize) -> Lab {
     );
     lab.router.run(
         "nft",
-        &["add table inet ct; \
-           add chain inet ct pre { type filter hook prerouting priority 0 ; } ; \
-           add rule inet ct pre ct state new counter"],
+        &["add table inet track; \
+           add chain inet track pre { type filter hook prerouting priority 0 ; } ; \
+           add rule inet track pre ct state new counter"],
     );
     lab
 }
@@ -302,8 +302,21 @@ fn replacement(family: AddressFamily) {
         .delete(&Filter::real_server(&with, a).expect("filter"))
         .expect("delete");
     println!("kernel {release} {family:?}: cleanup {report:?}");
-    assert_eq!(report.total.found, 1, "{report:?}");
-    assert_eq!(report.total.deleted, 1, "{report:?}");
+    // Kernels since 5.9 expire the IPVS connections of a deleted real
+    // server at once when expire_nodest_conn=1, and an expiring IPVS
+    // connection takes its conntrack entry along: the entry may be gone
+    // before the dump. Either way none may be left, and none may fail.
+    assert!(report.is_ok(), "{report:?}");
+    assert!(report.total.found <= 1, "{report:?}");
+    assert_eq!(
+        report.total.deleted + report.total.already_gone,
+        report.total.found,
+        "{report:?}"
+    );
+    let left = ct
+        .entries(&Filter::real_server(&with, a).expect("filter"))
+        .expect("entries");
+    assert!(left.is_empty(), "{left:#?}");
     let seen = c2.tries();
     println!("kernel {release} {family:?}: with cleanup, after the replacement: {seen:?}");
     assert!(
@@ -315,6 +328,11 @@ fn replacement(family: AddressFamily) {
         Some("backend-1"),
         "the new real server does not answer: {seen:?}"
     );
+    let b = Lab::backend_addr(1, BPORT, family);
+    let now = ct
+        .entries(&Filter::service(&with).expect("filter"))
+        .expect("entries");
+    assert_eq!(reply_sources(&now), vec![b], "{now:#?}");
 }
 
 #[test]

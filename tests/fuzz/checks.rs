@@ -110,6 +110,12 @@ pub const TARGETS: &[Target] = &[
         base: 64 << 10,
         per_byte: 256,
     },
+    Target {
+        name: "conntrack",
+        check: conntrack,
+        base: 64 << 10,
+        per_byte: 64,
+    },
 ];
 
 /// The target called `name`.
@@ -1393,5 +1399,47 @@ fn ledger_file_error(e: &LedgerFileError, path: &Path, data: &[u8]) {
             assert!(!found.is_empty() && found != "1", "{e:?}");
         }
         other => panic!("not an error of a readable file's content: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// conntrack: any bytes as a ctnetlink answer.
+
+/// `NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW`: an entry of a dump.
+const CT_NEW_TYPE: u16 = 0x100;
+
+/// Decodes `data` as received datagrams of a ctnetlink dump, and as the
+/// payload of one entry message. Nothing may panic; every entry decoded has
+/// tuples of its own family, and the delete request written for it is one
+/// well-formed `IPCTNL_MSG_CT_DELETE` message of that family.
+pub fn conntrack(data: &[u8]) {
+    use ipvsctl::codec::conntrack::{decode_datagram, encode_delete};
+    let mut wrapped = Vec::with_capacity(NLMSG_HDRLEN + data.len() + 3);
+    let len = (NLMSG_HDRLEN + data.len()) as u32;
+    wrapped.extend_from_slice(&len.to_ne_bytes());
+    wrapped.extend_from_slice(&CT_NEW_TYPE.to_ne_bytes());
+    wrapped.extend_from_slice(&[0; 10]);
+    wrapped.extend_from_slice(data);
+    for buf in [data, &wrapped[..]] {
+        let Ok(entries) = decode_datagram(buf) else {
+            continue;
+        };
+        for e in entries {
+            let v4 = e.family == AddressFamily::Inet;
+            assert_eq!(e.orig.src.is_ipv4(), v4, "{e:?}");
+            assert_eq!(e.orig.dst.is_ipv4(), v4, "{e:?}");
+            assert_eq!(e.reply.src.is_ipv4(), v4, "{e:?}");
+            let mut out = Vec::new();
+            encode_delete(&mut out, &e, 7, NLM_F_ACK);
+            let frames: Vec<_> = frame::frames(&out).collect();
+            assert_eq!(frames.len(), 1, "{e:?}");
+            let f = frames[0].as_ref().expect("a well-formed delete");
+            assert_eq!(f.header.kind, 0x102);
+            assert_eq!(f.header.len as usize, out.len());
+            let FrameBody::Data(body) = f.body else {
+                panic!("a delete that is not a data message")
+            };
+            assert_eq!(body[0], if v4 { 2 } else { 10 });
+        }
     }
 }

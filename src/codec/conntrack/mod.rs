@@ -127,6 +127,22 @@ fn family_number(family: AddressFamily) -> u8 {
     }
 }
 
+/// Appends a dump request (`IPCTNL_MSG_CT_GET` with `flags`, which should
+/// hold `NLM_F_DUMP`) for the entries of `family` (`None`: every family) as
+/// sequence number `seq`: the request [`crate::conntrack`] sends first.
+pub fn encode_dump(out: &mut Vec<u8>, family: Option<AddressFamily>, seq: u32, flags: u16) {
+    let family = family.map_or(AF_UNSPEC, family_number);
+    CtRequest::Dump(family).write(out, seq, flags);
+}
+
+/// Appends the delete request of exactly `entry` (`IPCTNL_MSG_CT_DELETE`:
+/// its original tuple as the kernel sent it, its `CTA_ID`, its `CTA_ZONE`
+/// when not 0) as sequence number `seq` with `flags`: the request
+/// [`crate::conntrack`] sends for each entry it deletes.
+pub fn encode_delete(out: &mut Vec<u8>, entry: &Entry, seq: u32, flags: u16) {
+    CtRequest::Delete(entry).write(out, seq, flags);
+}
+
 /// Decodes one data message of a ctnetlink answer (its type and the
 /// payload after the netlink header): `None` for messages that are not an
 /// entry, or entries of families other than IPv4 and IPv6.
