@@ -26,7 +26,7 @@ pub(crate) mod tuple;
 
 use crate::codec::DecodeError;
 use crate::codec::attr::{begin_nest, end_nest};
-use crate::codec::frame::NLMSG_HDRLEN;
+use crate::codec::frame::{NLM_F_REQUEST, NLMSG_HDRLEN};
 use crate::model::AddressFamily;
 
 pub use counters::Counters;
@@ -73,7 +73,8 @@ pub(crate) enum CtRequest<'a> {
 
 impl CtRequest<'_> {
     /// Appends the request as sequence number `seq` with `flags` (its
-    /// pipeline kind's; a create adds `NLM_F_CREATE | NLM_F_EXCL`).
+    /// pipeline kind's) and `NLM_F_REQUEST` (a create adds `NLM_F_CREATE |
+    /// NLM_F_EXCL`).
     pub(crate) fn write(&self, out: &mut Vec<u8>, seq: u32, flags: u16) {
         let (msg, family, extra) = match self {
             CtRequest::Dump(family) => (IPCTNL_MSG_CT_GET, *family, 0),
@@ -91,7 +92,7 @@ impl CtRequest<'_> {
         let start = out.len();
         out.extend_from_slice(&[0; 4]);
         out.extend_from_slice(&(NFNL_SUBSYS_CTNETLINK << 8 | msg).to_ne_bytes());
-        out.extend_from_slice(&(flags | extra).to_ne_bytes());
+        out.extend_from_slice(&(flags | NLM_F_REQUEST | extra).to_ne_bytes());
         out.extend_from_slice(&seq.to_ne_bytes());
         out.extend_from_slice(&0u32.to_ne_bytes());
         out.extend_from_slice(&[family, NFNETLINK_V0, 0, 0]);
