@@ -160,7 +160,7 @@ fn tcp_is_deleted_only_when_allowed_and_nothing_is_sent_before() {
 fn the_dump_asks_for_one_family_when_the_filters_have_one() {
     let v4 = Filter::service(&ServiceKey::udp(sa("10.96.0.10:53"))).unwrap();
     let v6 = Filter::service(&ServiceKey::udp(sa("[fd09::9]:53"))).unwrap();
-    assert_eq!(dump_family(&[v4.clone()]), 2);
+    assert_eq!(dump_family(std::slice::from_ref(&v4)), 2);
     assert_eq!(dump_family(&[v6.clone(), v6.clone()]), 10);
     assert_eq!(dump_family(&[v4, v6]), AF_UNSPEC);
 }

@@ -1,6 +1,7 @@
 //! The crate's one netlink socket, for generic netlink (IPVS), rtnetlink
-//! (VIP devices, node IPs) and nfnetlink (connection tracking) alike: opening in any namespace, connecting to
-//! the kernel, buffer sizing, raw send, and the two receives the driver
+//! (VIP devices, node IPs) and nfnetlink (connection tracking) alike:
+//! opening in any namespace, connecting to the kernel, buffer sizing, raw
+//! send, and the two receives the driver
 //! ([`super::drive`]) uses. Everything about message layout lives in
 //! [`crate::codec::frame`]; every rule about answers in
 //! [`super::pipeline`].
