@@ -1,7 +1,7 @@
 //! ctnetlink (conntrack over nfnetlink, `NETLINK_NETFILTER`), sans-IO: the
 //! dump, delete and create requests of [`crate::conntrack`] and the decoder
 //! of the entries the kernel reports, one attribute space per file
-//! ([`entry`] the top level, [`tuple`], [`ip`], [`proto`], [`counters`]),
+//! (`entry.rs` the top level, `tuple.rs`, `ip.rs`, `proto.rs`, `counters.rs`),
 //! unknown attributes skipped as `Other`. Nothing here panics on any input.
 //!
 //! Layout of every message: the netlink header, then `struct nfgenmsg`
