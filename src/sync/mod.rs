@@ -10,7 +10,8 @@
 //! * [`plan()`] — pure code: the ordered [`Write`](crate::batch::Write)s (service adds
 //!   and updates before their real servers, service deletes last) that turn
 //!   the managed part of the observed state into the desired one, within a
-//!   [`Scope`], with optional graceful termination ([`PlanOptions`]);
+//!   [`Scope`], with optional graceful termination, bounded drains and
+//!   weights left to a health checker ([`PlanOptions`]);
 //! * [`Syncer`] — reads (or trusts its memory, see [`Verify`]), plans (the
 //!   whole desired state with [`Syncer::sync`], or only the services the
 //!   desired state recorded as changed with [`Syncer::sync_changes`]),
@@ -66,6 +67,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod drain;
+#[cfg(test)]
+mod drain_tests;
 mod kernel;
 mod ledger;
 mod ledger_file;
@@ -77,6 +81,7 @@ mod state;
 mod syncer;
 pub(crate) mod wire;
 
+pub use drain::{Drain, Drains};
 pub use ledger::{ConflictReason, Ledger, LedgerStore, Ownership};
 pub use ledger_file::{FileLedger, LedgerFileError};
 pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};

@@ -1,10 +1,13 @@
 //! The plan: pure code that turns (desired, observed, scope, options) into
 //! the ordered write operations that make the kernel equal the desired state.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::drain::DrainsAt;
 use super::state::{DesiredService, DesiredState, Observed, ObservedDest, ObservedService};
 use crate::batch::Write;
 use crate::model::{Protocol, RealServer, ServiceKey};
@@ -88,26 +91,73 @@ impl fmt::Debug for Scope {
 /// (`#[non_exhaustive]`, so options can be added).
 ///
 /// ```
+/// use std::time::Duration;
 /// use ipvsctl::sync::PlanOptions;
-/// let options = PlanOptions::default().with_graceful_termination(true);
+/// let options = PlanOptions::default()
+///     .with_graceful_termination(true)
+///     .with_max_drain(Duration::from_secs(30))
+///     .with_keep_weights(true);
 /// assert!(options.graceful_termination);
+/// assert_eq!(options.max_drain, Some(Duration::from_secs(30)));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PlanOptions {
     /// Graceful termination, as kube-proxy does it: a real server that left
     /// the desired state is first set to weight 0 and deleted only once its
-    /// active and inactive connection counts are both 0, on a later sync.
+    /// active and inactive connection counts are both 0, on a later sync,
+    /// or once its drain time ([`PlanOptions::max_drain`]) has passed.
     /// Applies to every service except UDP ones (UDP has no connection state
     /// worth draining; its real servers are deleted at once). Real servers
     /// of a service that left the desired state go with the service.
     pub graceful_termination: bool,
+    /// The longest a real server drains (graceful termination): once this
+    /// long has passed since its drain started, the next sync deletes it
+    /// whatever its connections. `None` (the default): it drains until it
+    /// is idle, however long that takes. A drain time given for one real
+    /// server ([`Syncer::set_drain_time`](super::Syncer::set_drain_time))
+    /// takes its place for that one.
+    ///
+    /// Drains are timed by a [`Syncer`](super::Syncer), which records when
+    /// each started (see [`Drains`](super::Drains)); the pure [`plan()`]
+    /// has no such record, so no drain it plans has a deadline.
+    pub max_drain: Option<Duration>,
+    /// Weights belong to someone else (a health checker: keepalived's,
+    /// kube-vip's, an operator's), as `--keep-weights` in other IPVS tools:
+    /// the weight of a real server that exists in the kernel is never
+    /// changed. Real servers the sync adds get their desired weight; other
+    /// settings of an existing one (forwarding method, thresholds, tunnel)
+    /// are still made as desired, with the kernel's weight kept in that
+    /// update.
+    ///
+    /// One exception: a real server the syncer itself set to weight 0 to
+    /// drain it, and which is desired again, gets its desired weight back
+    /// (the 0 was the syncer's, not the health checker's). A real server at
+    /// weight 0 that is still desired (quiesced by the health checker) is
+    /// not draining; once it leaves the desired state, it drains, and its
+    /// drain time starts then. Off by default: every weight is made as
+    /// desired, so a verifying sync undoes a health checker's weight.
+    pub keep_weights: bool,
 }
 
 impl PlanOptions {
     /// Turns graceful termination on or off (off by default).
     pub fn with_graceful_termination(mut self, on: bool) -> Self {
         self.graceful_termination = on;
+        self
+    }
+
+    /// Sets the longest a real server drains (default: until idle; see
+    /// [`PlanOptions::max_drain`]).
+    pub fn with_max_drain(mut self, max: Duration) -> Self {
+        self.max_drain = Some(max);
+        self
+    }
+
+    /// Leaves the weights of existing real servers to someone else (off by
+    /// default; see [`PlanOptions::keep_weights`]).
+    pub fn with_keep_weights(mut self, on: bool) -> Self {
+        self.keep_weights = on;
         self
     }
 }
@@ -146,8 +196,22 @@ pub struct PlanCounts {
     /// also counted in `destinations.updated`).
     pub drain_started: usize,
     /// Real servers left in place at weight 0 until their connections end
-    /// (graceful termination; not counted elsewhere).
+    /// or their drain time passes (graceful termination; not counted
+    /// elsewhere).
     pub draining: usize,
+    /// Draining real servers deleted because their drain time passed,
+    /// connections or not (also counted in `destinations.deleted`).
+    pub drains_ended_at_deadline: usize,
+    /// Draining real servers (at weight 0) deleted because they are idle
+    /// (also counted in `destinations.deleted`).
+    pub drains_ended_idle: usize,
+}
+
+/// Why a plan deletes a draining real server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DrainEnd {
+    Idle,
+    Deadline,
 }
 
 /// The ordered write operations of a sync, and their counts.
@@ -167,6 +231,10 @@ pub struct Plan {
     /// The adds of services the scope does not already include (claims),
     /// when planned apart from `writes` for a syncer, which sends them first.
     pub(crate) claims: Vec<Write>,
+    /// The draining real servers this plan deletes, and why.
+    pub(crate) drain_ends: HashMap<(ServiceKey, SocketAddr), DrainEnd>,
+    /// The real servers this plan leaves draining at weight 0.
+    pub(crate) waiting: Vec<(ServiceKey, SocketAddr)>,
 }
 
 impl Plan {
@@ -181,7 +249,10 @@ impl Plan {
 ///
 /// Managed services are those in `desired` and those of `observed` that
 /// `scope` includes given `owned`; every other service of `observed` is
-/// left untouched. Pure: no I/O.
+/// left untouched. Pure: no I/O, no clock. It has no record of drains (a
+/// [`Syncer`](super::Syncer) keeps one), so no drain it plans has reached a
+/// deadline ([`PlanOptions::max_drain`]) and none is known to have been
+/// started by the syncer ([`PlanOptions::keep_weights`]).
 ///
 /// ```
 /// use std::collections::HashSet;
@@ -204,7 +275,15 @@ pub fn plan(
     owned: &HashSet<ServiceKey>,
     options: PlanOptions,
 ) -> Plan {
-    plan_ordered(desired, observed, scope, owned, options, Order::Documented)
+    plan_ordered(
+        desired,
+        observed,
+        scope,
+        owned,
+        options,
+        Order::Documented,
+        DrainsAt::NONE,
+    )
 }
 
 /// Where a plan puts the adds of services the scope does not include yet.
@@ -226,6 +305,7 @@ pub(crate) fn plan_ordered(
     owned: &HashSet<ServiceKey>,
     options: PlanOptions,
     order: Order,
+    drains: DrainsAt<'_>,
 ) -> Plan {
     let mut p = Plan::default();
     if observed.is_empty() {
@@ -244,7 +324,8 @@ pub(crate) fn plan_ordered(
     let claims = Claims::new(order, scope, owned);
     let mut observed_desired = 0;
     for ds in desired.services() {
-        observed_desired += usize::from(plan_service(&mut p, ds, observed, options, claims));
+        observed_desired +=
+            usize::from(plan_service(&mut p, ds, observed, options, claims, drains));
     }
     // When every observed service is desired (the usual resync), there is
     // nothing to delete and no need to look each one up again.
@@ -300,10 +381,13 @@ pub fn plan_services(
         owned,
         options,
         Order::Documented,
+        DrainsAt::NONE,
     )
 }
 
-/// [`plan_services`] with the claims where `order` says.
+/// [`plan_services`] with the claims where `order` says and the syncer's
+/// drains (the public functions' arguments plus those two).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_services_ordered(
     desired: &DesiredState,
     observed: &Observed,
@@ -312,6 +396,7 @@ pub(crate) fn plan_services_ordered(
     owned: &HashSet<ServiceKey>,
     options: PlanOptions,
     order: Order,
+    drains: DrainsAt<'_>,
 ) -> Plan {
     let claims = Claims::new(order, scope, owned);
     let mut p = Plan::default();
@@ -330,7 +415,7 @@ pub(crate) fn plan_services_ordered(
         }
         match desired.get(key) {
             Some(ds) => {
-                plan_service(&mut p, ds, observed, options, claims);
+                plan_service(&mut p, ds, observed, options, claims, drains);
             }
             None if observed.contains(key) && scope.includes(key, owned) => gone.push(*key),
             None => {}
@@ -353,6 +438,7 @@ fn plan_service(
     observed: &Observed,
     options: PlanOptions,
     claims: Claims<'_>,
+    drains: DrainsAt<'_>,
 ) -> bool {
     let vs = ds.service();
     let key = vs.key;
@@ -378,7 +464,7 @@ fn plan_service(
                 p.writes.push(Write::UpdateService(vs.clone()));
                 p.counts.services.updated += 1;
             }
-            diff_dests(p, key, ds.destinations(), os, options);
+            diff_dests(p, key, ds.destinations(), os, options, drains);
             true
         }
     }
@@ -401,7 +487,7 @@ impl<'a> Claims<'a> {
 }
 
 /// Whether real servers of this service drain before deletion.
-fn drains(key: &ServiceKey, options: PlanOptions) -> bool {
+fn drains_before_delete(key: &ServiceKey, options: PlanOptions) -> bool {
     options.graceful_termination
         && !matches!(
             key,
@@ -419,6 +505,7 @@ fn diff_dests(
     want: &[RealServer],
     have: &ObservedService,
     options: PlanOptions,
+    drains: DrainsAt<'_>,
 ) {
     let have = have.destinations();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
@@ -428,10 +515,11 @@ fn diff_dests(
         let h = have.get(j);
         match (w, h) {
             (Some(w), Some(h)) if w.addr == h.server.addr => {
-                if *w == h.server {
+                let target = kept_weight(key, w, &h.server, options, drains);
+                if target == h.server {
                     p.counts.destinations.unchanged += 1;
                 } else {
-                    updates.push(Write::UpdateDestination(key, *w));
+                    updates.push(Write::UpdateDestination(key, target));
                     p.counts.destinations.updated += 1;
                 }
                 i += 1;
@@ -448,7 +536,7 @@ fn diff_dests(
                 i += 1;
             }
             (_, Some(h)) => {
-                remove_dest(p, key, h, options);
+                remove_dest(p, key, h, options, drains);
                 j += 1;
             }
             (None, None) => break,
@@ -458,39 +546,94 @@ fn diff_dests(
     p.writes.append(&mut adds);
 }
 
+/// What an existing, desired real server is to be made: as desired, or,
+/// when weights are kept, as desired with the kernel's weight, unless the
+/// syncer set that weight to 0 to drain it (it is given back).
+fn kept_weight(
+    key: ServiceKey,
+    want: &RealServer,
+    have: &RealServer,
+    options: PlanOptions,
+    drains: DrainsAt<'_>,
+) -> RealServer {
+    if !options.keep_weights
+        || want.weight == have.weight
+        || drains.drained_by_syncer(&key, &want.addr)
+    {
+        return *want;
+    }
+    RealServer {
+        weight: have.weight,
+        ..*want
+    }
+}
+
 /// A real server that is not desired: delete it, or drain it first.
-fn remove_dest(p: &mut Plan, key: ServiceKey, h: &ObservedDest, options: PlanOptions) {
-    if !drains(&key, options) {
+fn remove_dest(
+    p: &mut Plan,
+    key: ServiceKey,
+    h: &ObservedDest,
+    options: PlanOptions,
+    drains: DrainsAt<'_>,
+) {
+    if !drains_before_delete(&key, options) {
         p.writes.push(Write::DeleteDestination(key, h.server.addr));
         p.counts.destinations.deleted += 1;
         return;
     }
+    let addr = h.server.addr;
     let idle = h.conns.is_some_and(|c| c.active == 0 && c.inactive == 0);
-    if idle {
-        p.writes.push(Write::DeleteDestination(key, h.server.addr));
-        p.counts.destinations.deleted += 1;
-    } else if h.server.weight != 0 {
-        p.writes.push(Write::UpdateDestination(
-            key,
-            RealServer {
-                weight: 0,
-                ..h.server
-            },
-        ));
-        p.counts.destinations.updated += 1;
-        p.counts.drain_started += 1;
+    let end = if h.server.weight != 0 {
+        // Not draining yet: deleted at once when idle.
+        idle.then_some(None)
+    } else if idle {
+        Some(Some(DrainEnd::Idle))
+    } else if drains.expired(&key, &addr, options.max_drain) {
+        // Whether its connections are known or not.
+        Some(Some(DrainEnd::Deadline))
     } else {
-        // Weight 0 already, connections still open (or counts unknown until
-        // the next read): leave it until a later sync finds it idle.
-        p.counts.draining += 1;
+        None
+    };
+    match end {
+        Some(end) => {
+            p.writes.push(Write::DeleteDestination(key, addr));
+            p.counts.destinations.deleted += 1;
+            if let Some(end) = end {
+                match end {
+                    DrainEnd::Idle => p.counts.drains_ended_idle += 1,
+                    DrainEnd::Deadline => p.counts.drains_ended_at_deadline += 1,
+                }
+                p.drain_ends.insert((key, addr), end);
+            }
+        }
+        None if h.server.weight != 0 => {
+            p.writes.push(Write::UpdateDestination(
+                key,
+                RealServer {
+                    weight: 0,
+                    ..h.server
+                },
+            ));
+            p.counts.destinations.updated += 1;
+            p.counts.drain_started += 1;
+        }
+        None => {
+            // Weight 0 already, connections still open (or counts unknown
+            // until the next read), deadline not reached: leave it until a
+            // later sync finds it idle or past its deadline.
+            p.counts.draining += 1;
+            p.waiting.push((key, addr));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{RealServer, VirtualServer};
+    use crate::model::{ConnCounts, RealServer, VirtualServer};
     use crate::sync::ObservedService;
+    use crate::sync::drain::Drains;
+    use std::time::Instant;
 
     fn key(i: u8) -> ServiceKey {
         ServiceKey::tcp(format!("10.96.0.{i}:80").parse().unwrap())
@@ -530,6 +673,7 @@ mod tests {
                         &owned,
                         PlanOptions::default(),
                         order,
+                        DrainsAt::NONE,
                     )
                 };
                 let documented = plan(Order::Documented);
@@ -559,5 +703,156 @@ mod tests {
                 assert_eq!(apart.writes, rest);
             }
         }
+    }
+
+    /// One desired service `key(1)` with `want`, observed with `have`,
+    /// planned with `options` and the drains `drains` at `now`.
+    fn plan_one(
+        want: &[RealServer],
+        have: &[ObservedDest],
+        options: PlanOptions,
+        drains: DrainsAt<'_>,
+    ) -> Plan {
+        let mut desired = DesiredState::new();
+        desired
+            .insert(VirtualServer::new(key(1)), want.iter().copied())
+            .unwrap();
+        let mut observed = Observed::new();
+        observed.insert(ObservedService::new(
+            VirtualServer::new(key(1)),
+            have.iter().copied(),
+        ));
+        plan_ordered(
+            &desired,
+            &observed,
+            &Scope::Owned,
+            &HashSet::new(),
+            options,
+            Order::Documented,
+            drains,
+        )
+    }
+
+    fn seen(rs: RealServer, conns: Option<ConnCounts>) -> ObservedDest {
+        ObservedDest::new(rs, conns)
+    }
+
+    #[test]
+    fn kept_weights_are_never_written_but_the_rest_is() {
+        let keep = PlanOptions::default().with_keep_weights(true);
+        // Quiesced by a health checker: not written back.
+        let want = [rs(1).with_weight(5), rs(2).with_weight(5)];
+        let have = [
+            seen(rs(1).with_weight(0), None),
+            seen(rs(2).with_weight(3), None),
+        ];
+        let p = plan_one(&want, &have, keep, DrainsAt::NONE);
+        assert!(p.is_empty(), "{:?}", p.writes);
+        assert_eq!(p.counts.destinations.unchanged, 2);
+        // Without the option, both are made as desired.
+        let p = plan_one(&want, &have, PlanOptions::default(), DrainsAt::NONE);
+        assert_eq!(
+            p.writes,
+            [
+                Write::UpdateDestination(key(1), want[0]),
+                Write::UpdateDestination(key(1), want[1])
+            ]
+        );
+        // Thresholds change, the kernel's weight stays; a new real server
+        // gets its desired weight.
+        let want = [
+            rs(1).with_weight(5).with_thresholds(100, 50),
+            rs(3).with_weight(7),
+        ];
+        let p = plan_one(&want, &have[..1], keep, DrainsAt::NONE);
+        assert_eq!(
+            p.writes,
+            [
+                Write::UpdateDestination(key(1), rs(1).with_weight(0).with_thresholds(100, 50)),
+                Write::AddDestination(key(1), rs(3).with_weight(7)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_real_server_the_syncer_drained_gets_its_weight_back_when_weights_are_kept() {
+        let keep = PlanOptions::default()
+            .with_keep_weights(true)
+            .with_graceful_termination(true);
+        let t0 = Instant::now();
+        let want = [rs(1).with_weight(5)];
+        let have = [seen(rs(1).with_weight(0), None)];
+        // Set to 0 by this syncer to drain it: given back.
+        let mut drains = Drains::new();
+        drains.start(key(1), rs(1).addr, t0, true);
+        let p = plan_one(&want, &have, keep, DrainsAt::new(&drains, t0));
+        assert_eq!(p.writes, [Write::UpdateDestination(key(1), want[0])]);
+        // Found at 0 (a health checker's, or a previous run's): kept.
+        let mut found = Drains::new();
+        found.start(key(1), rs(1).addr, t0, false);
+        let p = plan_one(&want, &have, keep, DrainsAt::new(&found, t0));
+        assert!(p.is_empty(), "{:?}", p.writes);
+    }
+
+    #[test]
+    fn a_drain_ends_at_its_deadline_and_not_before() {
+        let max = Duration::from_secs(10);
+        let opts = PlanOptions::default()
+            .with_graceful_termination(true)
+            .with_max_drain(max);
+        let t0 = Instant::now();
+        let busy = Some(ConnCounts::new(1, 0, 0));
+        let mut drains = Drains::new();
+        drains.start(key(1), rs(1).addr, t0, true);
+        drains.start(key(1), rs(2).addr, t0, false);
+        // rs(2) has a drain time of its own, shorter.
+        drains.set_drain_time(key(1), rs(2).addr, Duration::from_secs(2));
+        let have = [
+            seen(rs(1).with_weight(0), busy),
+            seen(rs(2).with_weight(0), None),
+        ];
+        let at = |s: u64| DrainsAt::new(&drains, t0 + Duration::from_secs(s));
+        // Before either deadline: both wait, connections open or unknown.
+        let p = plan_one(&[], &have, opts, at(1));
+        assert!(p.is_empty());
+        assert_eq!(p.counts.draining, 2);
+        assert_eq!(p.waiting, [(key(1), rs(1).addr), (key(1), rs(2).addr)]);
+        // rs(2)'s deadline passed: deleted, its counts unknown.
+        let p = plan_one(&[], &have, opts, at(2));
+        assert_eq!(p.writes, [Write::DeleteDestination(key(1), rs(2).addr)]);
+        assert_eq!(p.counts.drains_ended_at_deadline, 1);
+        assert_eq!(p.drain_ends[&(key(1), rs(2).addr)], DrainEnd::Deadline);
+        assert_eq!(p.counts.draining, 1);
+        // Both passed.
+        let p = plan_one(&[], &have, opts, at(10));
+        assert_eq!(p.counts.drains_ended_at_deadline, 2);
+        assert_eq!(p.counts.destinations.deleted, 2);
+        // Without a maximum, rs(1) drains on; rs(2)'s own time still holds.
+        let p = plan_one(&[], &have, opts.with_max_drain(Duration::MAX), at(10));
+        assert_eq!(p.writes, [Write::DeleteDestination(key(1), rs(2).addr)]);
+        // Idle before the deadline: ended idle.
+        let idle = [seen(rs(1).with_weight(0), Some(ConnCounts::default()))];
+        let p = plan_one(&[], &idle, opts, at(1));
+        assert_eq!(p.writes, [Write::DeleteDestination(key(1), rs(1).addr)]);
+        assert_eq!(p.counts.drains_ended_idle, 1);
+        assert_eq!(p.drain_ends[&(key(1), rs(1).addr)], DrainEnd::Idle);
+        // A drain the record does not know has not started: no deadline.
+        let p = plan_one(&[], &have, opts, DrainsAt::NONE);
+        assert!(p.is_empty());
+        // Busy at weight 1: set to 0 (the drain starts), whatever the time.
+        let p = plan_one(&[], &[seen(rs(1), busy)], opts, at(100));
+        assert_eq!(
+            p.writes,
+            [Write::UpdateDestination(key(1), rs(1).with_weight(0))]
+        );
+        // Without graceful termination, no drain.
+        let p = plan_one(
+            &[],
+            &have,
+            PlanOptions::default().with_max_drain(max),
+            at(1),
+        );
+        assert_eq!(p.counts.destinations.deleted, 2);
+        assert_eq!(p.counts.drains_ended_at_deadline, 0);
     }
 }

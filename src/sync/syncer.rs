@@ -2,18 +2,21 @@
 //! what the kernel acknowledged, self-heal.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use super::drain::{Drains, DrainsAt};
 use super::kernel::{HandleKernel, Kernel};
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
-use super::plan::{self, Counts, Order, Plan, PlanCounts, PlanOptions, Scope};
+use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::batch::{BatchMode, Write};
-use crate::model::{ServiceKey, VirtualServer};
+use crate::model::{RealServer, ServiceKey, VirtualServer};
 use crate::{Error, Handle, Operation, Result};
 
 /// How much of the kernel's state a sync reads before planning.
@@ -35,7 +38,9 @@ pub enum Verify {
     /// No read at all when the syncer's memory is complete: trust what was
     /// applied and acknowledged. Services whose state became unknown (a
     /// failed or lost operation) are still read, and so are services with
-    /// real servers to drain (their connection counts are needed).
+    /// real servers to drain (their connection counts are needed) and, with
+    /// [`PlanOptions::keep_weights`], services with a real server to update
+    /// (the kernel's weight is needed).
     None,
 }
 
@@ -213,6 +218,13 @@ pub struct SyncReport {
     pub destinations: Counts,
     /// Real servers draining at weight 0 (graceful termination).
     pub draining: usize,
+    /// Draining real servers deleted (acknowledged) because their drain
+    /// time passed while they still had connections, or their counts were
+    /// not known ([`PlanOptions::max_drain`],
+    /// [`Syncer::set_drain_time`]): each service and real server.
+    pub drains_ended_at_deadline: Vec<(ServiceKey, SocketAddr)>,
+    /// Draining real servers deleted (acknowledged) because they were idle.
+    pub drains_ended_idle: usize,
     /// Write requests sent to the kernel.
     pub writes_sent: usize,
     /// Read requests sent (dumps and lookups).
@@ -396,6 +408,7 @@ impl<H: Borrow<Handle> + fmt::Debug> fmt::Debug for Syncer<H> {
             .field("known", &self.core.known)
             .field("stale", &self.core.stale)
             .field("ledger", &self.core.ledger)
+            .field("drains", &self.core.drains)
             .field("store", &self.core.store.is_some())
             .finish_non_exhaustive()
     }
@@ -487,9 +500,59 @@ impl<H: Borrow<Handle>> Syncer<H> {
     }
 
     /// Forgets everything remembered: the next sync reads the kernel fully.
-    /// The ledger is kept.
+    /// The ledger and the drains are kept.
     pub fn forget(&mut self) {
         self.core.forget();
+    }
+
+    /// Sets how long one real server may drain, in place of
+    /// [`PlanOptions::max_drain`] (graceful termination): for example the
+    /// grace period of the endpoint behind it, which the caller knows and
+    /// the kernel does not.
+    ///
+    /// Set it before the real server leaves the desired state (when it is
+    /// added, say), or when it leaves, or while it drains (its deadline is
+    /// then its drain's start plus this time). The syncer keeps it while the
+    /// real server is desired or draining, and forgets it when the real
+    /// server is deleted, when its service goes, and when it is neither
+    /// desired nor in the kernel after a sync of its service.
+    ///
+    /// It lives with the syncer, not in the [`DesiredState`], because only
+    /// the syncer knows when a drain ends: a desired state is often built
+    /// afresh for every sync from a source that no longer lists the
+    /// endpoint once it is gone, and could not tell when to drop it.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use ipvsctl::Handle;
+    /// use ipvsctl::model::{RealServer, ServiceKey, VirtualServer};
+    /// use ipvsctl::sync::{DesiredState, PlanOptions, SyncOptions, Syncer, Verify};
+    ///
+    /// let plan = PlanOptions::default()
+    ///     .with_graceful_termination(true)
+    ///     .with_max_drain(Duration::from_secs(300));
+    /// let mut syncer = Syncer::with_options(Handle::new()?, SyncOptions::default().with_plan(plan));
+    /// let key = ServiceKey::tcp("10.96.0.1:443".parse()?);
+    /// let pod = RealServer::new("10.244.0.2:6443".parse()?);
+    /// let mut desired = DesiredState::new();
+    /// desired.insert(VirtualServer::new(key), [pod])?;
+    /// syncer.sync(&desired, Verify::Services)?;
+    /// // The pod is terminating with a grace period of 30 s.
+    /// desired.remove_destinations(&key, [pod.addr])?;
+    /// syncer.set_drain_time(key, pod.addr, Duration::from_secs(30));
+    /// let report = syncer.sync(&desired, Verify::Services)?;
+    /// // Weight 0 now; deleted by the first sync once it is idle or 30 s on.
+    /// assert_eq!(report.planned.drain_started, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_drain_time(&mut self, key: ServiceKey, addr: SocketAddr, time: Duration) {
+        self.core.drains.set_drain_time(key, addr, time);
+    }
+
+    /// The drains under way and the drain times set, with when each drain
+    /// started and whether this syncer started it (see [`Drains`]).
+    pub fn drains(&self) -> &Drains {
+        &self.core.drains
     }
 
     /// Computes the plan a sync would apply, reading the kernel as `verify`
@@ -498,6 +561,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// [`SyncConflict`]) are left out of the plan.
     pub fn plan(&mut self, desired: &DesiredState, verify: Verify) -> Result<Plan> {
         let (core, mut kernel) = self.parts();
+        core.now = (core.clock)();
         let mut report = SyncReport::default();
         core.observe(&mut kernel, desired, verify, &mut report)?;
         Ok(core.plan_without(desired, &report.conflicts, Order::Documented))
@@ -605,6 +669,12 @@ pub(crate) struct Core {
     pub(crate) ledger: Ledger,
     /// Where the ledger is saved ahead of the writes.
     store: Option<Box<dyn LedgerStore>>,
+    /// When each drain started, and the drain times set.
+    pub(crate) drains: Drains,
+    /// The clock drains are timed by (a test's own in the property tests).
+    pub(crate) clock: Arc<dyn Fn() -> Instant + Send + Sync>,
+    /// The time of the sync under way, read from `clock` once at its start.
+    now: Instant,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -624,6 +694,9 @@ impl Core {
             stale: HashSet::new(),
             ledger: Ledger::new(),
             store: None,
+            drains: Drains::new(),
+            clock: Arc::new(Instant::now),
+            now: Instant::now(),
         }
     }
 
@@ -648,6 +721,7 @@ impl Core {
         desired: &DesiredState,
         verify: Verify,
     ) -> Result<SyncReport> {
+        self.now = (self.clock)();
         let mut report = SyncReport::default();
         self.observe(kernel, desired, verify, &mut report)?;
         self.own_managed(
@@ -655,7 +729,10 @@ impl Core {
             desired.services().iter().map(|ds| ds.service().key),
         );
         let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
-        self.execute(kernel, desired, plan, report)
+        let report = self.execute(kernel, desired, plan, report)?;
+        let keys: Vec<ServiceKey> = self.drains.keys().copied().collect();
+        self.settle_drains(desired, &keys);
+        Ok(report)
     }
 
     /// See [`Syncer::sync_changes`].
@@ -666,10 +743,26 @@ impl Core {
         keys: &[ServiceKey],
         verify: Verify,
     ) -> Result<SyncReport> {
+        self.now = (self.clock)();
+        // Services with a drain past its deadline are synced too, so that
+        // no drain outlives its deadline by more than one sync.
+        let max = self.options.plan.max_drain;
+        let mut expired: Vec<ServiceKey> = self
+            .drains
+            .keys()
+            .filter(|k| self.drains.has_expired(k, self.now, max) && !keys.contains(k))
+            .copied()
+            .collect();
+        let keys: Vec<ServiceKey> = if expired.is_empty() {
+            keys.to_vec()
+        } else {
+            expired.sort_unstable();
+            keys.iter().copied().chain(expired).collect()
+        };
         let mut report = SyncReport::default();
-        self.observe_keys(kernel, desired, keys, verify, &mut report)?;
+        self.observe_keys(kernel, desired, &keys, verify, &mut report)?;
         self.own_managed(desired, keys.iter().copied());
-        let mine = without_conflicts(keys, &report.conflicts);
+        let mine = without_conflicts(&keys, &report.conflicts);
         let plan = plan::plan_services_ordered(
             desired,
             &self.memory,
@@ -678,8 +771,23 @@ impl Core {
             self.ledger.owned(),
             self.options.plan,
             Order::ClaimsApart,
+            DrainsAt::new(&self.drains, self.now),
         );
-        self.execute(kernel, desired, plan, report)
+        let report = self.execute(kernel, desired, plan, report)?;
+        self.settle_drains(desired, &keys);
+        Ok(report)
+    }
+
+    /// Brings the drains of the services `keys` in line with what is desired
+    /// and what the kernel now has (see [`Drains`]).
+    fn settle_drains(&mut self, desired: &DesiredState, keys: &[ServiceKey]) {
+        if self.drains.is_empty() {
+            return;
+        }
+        for key in keys {
+            self.drains
+                .settle(key, desired.get(key), self.memory.get(key));
+        }
     }
 
     /// Desired services in memory are managed: owned already, or claimed by
@@ -710,6 +818,7 @@ impl Core {
                 self.ledger.owned(),
                 self.options.plan,
                 order,
+                DrainsAt::new(&self.drains, self.now),
             )
         };
         if conflicts.is_empty() {
@@ -819,14 +928,16 @@ impl Core {
                 .filter(|k| self.stale.contains(k))
                 .copied()
                 .collect();
-            // Counts are needed only to drain (graceful termination).
-            let counts = if self.options.plan.graceful_termination {
+            // Real servers are read only to drain (graceful termination) or
+            // to keep weights.
+            let counts = if self.options.plan.graceful_termination || self.options.plan.keep_weights
+            {
                 keys.iter()
                     .filter(|k| !self.stale.contains(k))
                     .filter(|k| {
                         self.memory
                             .get(k)
-                            .is_some_and(|m| self.needs_counts(desired, m))
+                            .is_some_and(|m| self.needs_read(desired, m))
                     })
                     .map(|k| (*k, None))
                     .collect()
@@ -964,6 +1075,13 @@ impl Core {
         // Planned apart from the rest (`Order::ClaimsApart`).
         let claims = std::mem::take(&mut plan.claims);
         let mut rest = std::mem::take(&mut plan.writes);
+        let ends = std::mem::take(&mut plan.drain_ends);
+        // Found at weight 0 and not desired: draining from this sync on, if
+        // not already (after a restart, or quiesced by a health checker
+        // before it left the desired state).
+        for (key, addr) in plan.waiting.drain(..) {
+            self.drains.start(key, addr, self.now, false);
+        }
         let services = plan.counts.services;
         // A plan that touches real servers only needs no save ahead of it:
         // the ledger's changes (services seen gone) are saved after it.
@@ -978,7 +1096,7 @@ impl Core {
             // Every add that succeeds is remembered: room for them all at
             // once, before the answers come in.
             self.memory.reserve(claims.len());
-            let first = self.apply(kernel, desired, &claims, report, pass, &mut broken);
+            let first = self.apply(kernel, desired, &claims, &ends, report, pass, &mut broken);
             // Not kept while the real servers go out: at 50,000 services
             // the adds alone take megabytes.
             drop(claims);
@@ -999,7 +1117,7 @@ impl Core {
         }
         // Each part is dropped once sent, while memory grows by what it did.
         for part in into_parts(rest, self.options.part_size) {
-            let applied = self.apply(kernel, desired, &part, report, pass, &mut broken);
+            let applied = self.apply(kernel, desired, &part, &ends, report, pass, &mut broken);
             retry.extend(applied.retry);
             if applied.socket_failed {
                 break;
@@ -1054,14 +1172,17 @@ impl Core {
         Ok(false)
     }
 
-    /// Sends `ops` and records every outcome in memory, the ledger and the
-    /// report. `broken` collects the services whose creation or update
-    /// failed for good, across the batches of one sync.
+    /// Sends `ops` and records every outcome in memory, the ledger, the
+    /// drains and the report (`ends`: the drains the plan ends, and why).
+    /// `broken` collects the services whose creation or update failed for
+    /// good, across the batches of one sync.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
         ops: &[Write],
+        ends: &HashMap<(ServiceKey, SocketAddr), DrainEnd>,
         report: &mut SyncReport,
         pass: Pass,
         broken: &mut HashSet<ServiceKey>,
@@ -1072,8 +1193,12 @@ impl Core {
         }
         let memory = &mut self.memory;
         let ledger = &mut self.ledger;
+        let drains = &mut self.drains;
+        let now = self.now;
         let services = &mut report.services;
         let dests = &mut report.destinations;
+        let ended_at_deadline = &mut report.drains_ended_at_deadline;
+        let ended_idle = &mut report.drains_ended_idle;
         let mut answered = 0;
         let mut failed = Vec::new();
         let outcome = kernel.write(
@@ -1084,6 +1209,16 @@ impl Core {
                 match (ops.get(index), result) {
                     (Some(op), Ok(())) => {
                         remember(memory, ledger, op, desired);
+                        // Acknowledged deletes of real servers and services
+                        // are known here, and only here.
+                        time_drain(drains, op, desired, now);
+                        if let Write::DeleteDestination(k, a) = op {
+                            match ends.get(&(*k, *a)) {
+                                Some(DrainEnd::Deadline) => ended_at_deadline.push((*k, *a)),
+                                Some(DrainEnd::Idle) => *ended_idle += 1,
+                                None => {}
+                            }
+                        }
                         match op {
                             Write::AddService(_) => services.added += 1,
                             Write::UpdateService(_) => services.updated += 1,
@@ -1219,6 +1354,7 @@ impl Core {
             self.ledger.owned(),
             self.options.plan,
             Order::ClaimsApart,
+            DrainsAt::new(&self.drains, self.now),
         );
         // What the first pass counted as unchanged stays so; drains follow
         // the second plan.
@@ -1270,13 +1406,17 @@ impl Core {
         verify != Verify::Full
             && !self.stale.contains(key)
             && m.service == *vs
-            && !self.needs_counts(desired, m)
+            && !self.needs_read(desired, m)
     }
 
-    /// Whether the plan needs fresh connection counts for this remembered
-    /// service: graceful termination with real servers that are not desired.
-    fn needs_counts(&self, desired: &DesiredState, s: &ObservedService) -> bool {
-        if !self.options.plan.graceful_termination {
+    /// Whether the plan needs this remembered service's real servers read
+    /// afresh: graceful termination with real servers that are not desired
+    /// (their connection counts are needed), or kept weights with a real
+    /// server to update (the kernel's weight is needed, a health checker
+    /// may have changed it since).
+    fn needs_read(&self, desired: &DesiredState, s: &ObservedService) -> bool {
+        let options = self.options.plan;
+        if !options.graceful_termination && !options.keep_weights {
             return false;
         }
         let Some(ds) = desired.get(&s.service.key) else {
@@ -1284,9 +1424,19 @@ impl Core {
         };
         let want = ds.destinations();
         s.destinations().iter().any(|d| {
-            want.binary_search_by_key(&d.server.addr, |rs| rs.addr)
-                .is_err()
-                && d.conns.is_none_or(|c| c.active != 0 || c.inactive != 0)
+            match want.binary_search_by_key(&d.server.addr, |rs| rs.addr) {
+                Err(_) => {
+                    options.graceful_termination
+                        && d.conns.is_none_or(|c| c.active != 0 || c.inactive != 0)
+                }
+                Ok(i) => {
+                    options.keep_weights
+                        && RealServer {
+                            weight: d.server.weight,
+                            ..want[i]
+                        } != d.server
+                }
+            }
         })
     }
 
@@ -1305,7 +1455,7 @@ impl Core {
             let reads: Vec<Read> = self
                 .memory
                 .services()
-                .filter(|s| self.needs_counts(desired, s))
+                .filter(|s| self.needs_read(desired, s))
                 .map(|s| (s.service.key, None))
                 .collect();
             return self.read_into_memory(kernel, reads, report);
@@ -1436,6 +1586,27 @@ fn into_parts(mut ops: Vec<Write>, size: NonZeroUsize) -> impl Iterator<Item = V
 /// re-reading the service and planning again fixes them.
 fn healable(e: &Error) -> bool {
     e.is_exists() || e.is_not_found() || matches!(e, Error::Lost { .. })
+}
+
+/// Records what an acknowledged operation does to the drains: a real server
+/// set to weight 0 that is not desired starts draining (the syncer set the
+/// weight), and a deleted real server or service ends its drains.
+fn time_drain(drains: &mut Drains, op: &Write, desired: &DesiredState, now: Instant) {
+    match op {
+        Write::UpdateDestination(k, rs) if rs.weight == 0 => {
+            let desired_here = desired.get(k).is_some_and(|ds| {
+                ds.destinations()
+                    .binary_search_by_key(&rs.addr, |d| d.addr)
+                    .is_ok()
+            });
+            if !desired_here {
+                drains.start(*k, rs.addr, now, true);
+            }
+        }
+        Write::DeleteDestination(k, addr) => drains.forget(k, addr),
+        Write::DeleteService(k) => drains.forget_service(k),
+        _ => {}
+    }
 }
 
 /// Records an acknowledged operation in memory and the ledger.
