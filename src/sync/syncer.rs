@@ -1411,9 +1411,10 @@ impl Core {
 
     /// Whether the plan needs this remembered service's real servers read
     /// afresh: graceful termination with real servers that are not desired
-    /// (their connection counts are needed), or kept weights with a real
-    /// server to update (the kernel's weight is needed, a health checker
-    /// may have changed it since).
+    /// (their connection counts are needed: remembered ones are as old as
+    /// the read that got them, and a real server seen idle then may be busy
+    /// now), or kept weights with a real server to update (the kernel's
+    /// weight is needed, a health checker may have changed it since).
     fn needs_read(&self, desired: &DesiredState, s: &ObservedService) -> bool {
         let options = self.options.plan;
         if !options.graceful_termination && !options.keep_weights {
@@ -1425,10 +1426,7 @@ impl Core {
         let want = ds.destinations();
         s.destinations().iter().any(|d| {
             match want.binary_search_by_key(&d.server.addr, |rs| rs.addr) {
-                Err(_) => {
-                    options.graceful_termination
-                        && d.conns.is_none_or(|c| c.active != 0 || c.inactive != 0)
-                }
+                Err(_) => options.graceful_termination,
                 Ok(i) => {
                     options.keep_weights
                         && RealServer {
