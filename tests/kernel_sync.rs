@@ -803,6 +803,138 @@ fn graceful_termination_waits_for_connections() {
     assert_eq!(left, vec![other]);
 }
 
+/// A real server with one TCP connection held open through IPVS drains at
+/// weight 0 until its drain time (its own, shorter than the maximum) has
+/// passed, and the first sync after that deletes it, connection or not.
+#[test]
+fn a_drain_held_open_by_a_connection_ends_at_its_deadline() {
+    use std::net::{TcpListener, TcpStream};
+    let (ns, h) = setup();
+    ns.ip_batch(
+        &[
+            "link add dummy0 type dummy",
+            "addr add 10.0.0.1/24 dev dummy0",
+            "addr add 10.0.0.100/32 dev dummy0",
+            "link set dummy0 up",
+        ]
+        .map(String::from),
+    );
+    let nsid = NetNs::path(ns.path());
+    let listener =
+        ipvsctl::netlink::netns::run_in(&nsid, || TcpListener::bind("10.0.0.1:8080")).unwrap();
+    let key = ServiceKey::tcp(sa("10.0.0.100:80"));
+    let rs = RealServer::new(sa("10.0.0.1:8080")).with_forward(ForwardMethod::Masquerade);
+    let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+    let mut desired = DesiredState::new();
+    desired.insert(vs.clone(), [rs]).unwrap();
+    let plan = ipvsctl::sync::PlanOptions::default()
+        .with_graceful_termination(true)
+        .with_max_drain(Duration::from_secs(60));
+    let mut s = Syncer::with_options(&h, SyncOptions::default().with_plan(plan));
+    assert_ok(&s.sync(&desired, Verify::Services).unwrap());
+    let client = ipvsctl::netlink::netns::run_in(&nsid, || {
+        TcpStream::connect_timeout(&sa("10.0.0.100:80"), Duration::from_secs(10))
+    })
+    .unwrap();
+    let (server_side, _) = listener.accept().unwrap();
+    let ours = |h: &Handle| {
+        h.list_destinations(&key)
+            .unwrap()
+            .into_iter()
+            .find(|d| d.server.addr == rs.addr)
+    };
+    // The endpoint terminates with a grace period of 1.5 s.
+    s.set_drain_time(key, rs.addr, Duration::from_millis(1500));
+    desired.remove_destinations(&key, [rs.addr]).unwrap();
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.planned.drain_started, 1);
+    let drain = *s.drains().get(&key, &rs.addr).unwrap();
+    assert!(drain.set_by_syncer);
+    let deadline = drain.deadline(plan.max_drain).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let mut before = 0;
+    loop {
+        let d = ours(&h).expect("deleted before its deadline");
+        assert_eq!(d.server.weight, 0);
+        assert!(d.conns.active + d.conns.inactive > 0, "{:?}", d.conns);
+        let t0 = Instant::now();
+        let r = s.sync(&desired, Verify::None).unwrap();
+        assert_ok(&r);
+        if Instant::now() < deadline {
+            // Began and ended before the deadline: the drain goes on.
+            assert_eq!(r.draining, 1, "{r:?}");
+            assert!(r.drains_ended_at_deadline.is_empty(), "{r:?}");
+            before += 1;
+        }
+        if !r.drains_ended_at_deadline.is_empty() {
+            assert_eq!(r.drains_ended_at_deadline, [(key, rs.addr)]);
+            assert_eq!(r.drains_ended_idle, 0);
+            assert_eq!(r.destinations.deleted, 1);
+            break;
+        }
+        // The first sync that began at or after the deadline ends it.
+        assert!(t0 < deadline, "a sync past the deadline kept it: {r:?}");
+        assert!(Instant::now() < give_up, "still draining: {:?}", ours(&h));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(before >= 1, "no sync ran before the deadline");
+    assert!(ours(&h).is_none());
+    assert!(s.drains().is_empty(), "{:?}", s.drains());
+    // The connection was still open all along.
+    drop(client);
+    drop(server_side);
+}
+
+/// A health checker's weight 0 on a desired real server stays through
+/// verifying syncs when weights are kept (other settings still follow the
+/// desired state), and is put back to the desired weight without it.
+#[test]
+fn a_health_checkers_weight_survives_verifying_syncs_only_with_kept_weights() {
+    let (_ns, h) = setup();
+    let key = ServiceKey::tcp(sa("10.0.0.100:80"));
+    let a = RealServer::new(sa("10.0.0.1:80")).with_weight(5);
+    let b = RealServer::new(sa("10.0.0.2:80")).with_weight(5);
+    let vs = VirtualServer::new(key).with_scheduler(Scheduler::RoundRobin);
+    let mut desired = DesiredState::new();
+    desired.insert(vs.clone(), [a, b]).unwrap();
+    let keep = ipvsctl::sync::PlanOptions::default().with_keep_weights(true);
+    let mut s = Syncer::with_options(&h, SyncOptions::default().with_plan(keep));
+    assert_ok(&s.sync(&desired, Verify::Full).unwrap());
+    // (weight, upper threshold) of a, then b.
+    let weights = |h: &Handle| -> Vec<(u32, u32)> {
+        let mut d = h.list_destinations(&key).unwrap();
+        d.sort_by_key(|d| d.server.addr);
+        d.into_iter()
+            .map(|d| (d.server.weight, d.server.upper_threshold))
+            .collect()
+    };
+    assert_eq!(weights(&h), [(5, 0), (5, 0)]);
+    // The health checker quiesces a.
+    h.update_destination(&key, &a.with_weight(0)).unwrap();
+    for _ in 0..3 {
+        let r = s.sync(&desired, Verify::Full).unwrap();
+        assert_ok(&r);
+        assert_eq!(r.writes_sent, 0, "{r:?}");
+        assert_eq!(weights(&h), [(0, 0), (5, 0)]);
+    }
+    // a's threshold and b's weight change: a is updated with the kernel's
+    // weight, b (weight only) not at all.
+    desired
+        .upsert_destinations(&key, [a.with_thresholds(100, 10), b.with_weight(7)])
+        .unwrap();
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 1, "{r:?}");
+    assert_eq!(weights(&h), [(0, 100), (5, 0)]);
+    // Without the option, the desired weights are written back.
+    s.options_mut().plan.keep_weights = false;
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.writes_sent, 2, "{r:?}");
+    assert_eq!(weights(&h), [(5, 100), (7, 0)]);
+}
+
 /// Sets SO_LINGER 0 so that closing the socket sends a reset (the IPVS
 /// connection then expires after the 10 s CLOSE timeout, not TIME_WAIT's
 /// two minutes).
