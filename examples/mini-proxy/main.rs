@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! mini-proxy --config FILE [--owned FILE [--owned-start-over]] [--netns NAME] [--device ipvs0]
-//!            [--period SECS] [--cleanup] [--once]
+//!            [--period SECS] [--max-drain SECS] [--keep-weights] [--cleanup] [--once]
 //! ```
 //!
 //! * checks the kernel modules at start and exits with the check's
@@ -21,6 +21,14 @@
 //!   which also repairs drift); one log line per sync, and one per
 //!   conflict (a desired service that exists and is not the proxy's: left
 //!   alone);
+//! * with `--max-drain SECS`, a removed endpoint drains at weight 0 for at
+//!   most SECS seconds: the first sync after that deletes it even with
+//!   connections open (without it, it drains until idle); one log line per
+//!   drain ended that way;
+//! * with `--keep-weights`, the weights of real servers that exist are left
+//!   to a health checker (keepalived, an operator's `ipvsadm -e`): the file's
+//!   weight is used only when the proxy adds a real server, and for one it
+//!   set to 0 to drain that comes back;
 //! * with `--owned FILE`, keeps its ownership ledger in FILE
 //!   (`ipvsctl::sync::FileLedger`), written ahead of every service it
 //!   creates or deletes, so a restarted proxy, even one killed in the middle
@@ -68,7 +76,29 @@ struct Args {
     start_over: bool,
     cleanup: bool,
     once: bool,
+    max_drain: Option<Duration>,
+    keep_weights: bool,
 }
+
+const USAGE: &str = "\
+usage: mini-proxy --config FILE [options]
+
+  --config FILE        the desired state (JSON)
+  --owned FILE         keep the ownership ledger in FILE (survives restarts)
+  --owned-start-over   move a damaged FILE aside and start with an empty ledger
+  --netns NAME         work in the named network namespace
+  --device NAME        the dummy device that holds the VIPs (default ipvs0)
+  --period SECS        seconds between full verifying syncs (default 30)
+  --max-drain SECS     a removed endpoint drains at weight 0 for at most SECS
+                       seconds, then is deleted even with connections open
+                       (default: until it has no connections)
+  --keep-weights       leave the weights of existing real servers to a health
+                       checker; the file's weight is used only when a real
+                       server is added (or comes back after the proxy drained it)
+  --cleanup            on SIGTERM/SIGINT, delete the services and VIPs it owns
+  --once               sync once and exit
+  --help               this text
+";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -80,6 +110,8 @@ fn parse_args() -> Result<Args, String> {
         start_over: false,
         cleanup: false,
         once: false,
+        max_drain: None,
+        keep_weights: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -96,10 +128,22 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("--period: {v:?} is not a number of seconds"))?;
                 args.period = Duration::from_secs(secs.max(1));
             }
+            "--max-drain" => {
+                let v = value("--max-drain")?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--max-drain: {v:?} is not a number of seconds"))?;
+                args.max_drain = Some(Duration::from_secs(secs));
+            }
+            "--keep-weights" => args.keep_weights = true,
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
             "--owned-start-over" => args.start_over = true,
             "--cleanup" => args.cleanup = true,
             "--once" => args.once = true,
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
     if args.config.as_os_str().is_empty() {
@@ -187,6 +231,9 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
             "  conflict: {:?} exists and is not ours ({:?}): left alone",
             c.key, c.reason
         );
+    }
+    for (key, server) in &r.drains_ended_at_deadline {
+        println!("  drain of {server} in {key} ended at its deadline, connections still open");
     }
     for f in r.root_failures() {
         println!("  failed: {:?}: {}", f.write, f.error);
@@ -294,6 +341,8 @@ fn run() -> Result<(), String> {
     }
     let mut options = SyncOptions::default();
     options.plan.graceful_termination = true;
+    options.plan.max_drain = args.max_drain;
+    options.plan.keep_weights = args.keep_weights;
     let mut syncer = syncer(&args, &handle, options)?;
 
     let term = Arc::new(AtomicBool::new(false));

@@ -67,15 +67,12 @@ fn drains_here(k: &ServiceKey) -> bool {
 
 type Id = (ServiceKey, SocketAddr);
 
+/// A service's real servers in the table, with their connection counts.
+type Dests = BTreeMap<SocketAddr, (RealServer, ConnCounts)>;
+
 #[derive(Debug, Default)]
 struct World {
-    table: BTreeMap<
-        ServiceKey,
-        (
-            VirtualServer,
-            BTreeMap<SocketAddr, (RealServer, ConnCounts)>,
-        ),
-    >,
+    table: BTreeMap<ServiceKey, (VirtualServer, Dests)>,
     now: Option<Instant>,
     keep_weights: bool,
     max_drain: Option<Duration>,

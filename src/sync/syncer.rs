@@ -337,6 +337,28 @@ impl SyncReport {
 /// [`Scope::Filter`] and [`Scope::All`] claim the services they include,
 /// existing or not.
 ///
+/// # Drains and weights
+///
+/// With graceful termination ([`PlanOptions::graceful_termination`]) a real
+/// server that leaves the desired state is set to weight 0 and deleted by
+/// the first sync that finds it idle, with counts read in that sync (every
+/// sync reads the services with real servers to drain, whatever [`Verify`]
+/// says), or that runs once its drain time ([`PlanOptions::max_drain`], or
+/// its own, [`Syncer::set_drain_time`]) has passed since its drain started,
+/// connections or not. The syncer times drains in memory ([`Syncer::drains`]):
+/// from the sync that set the weight to 0, or, for a real server already at
+/// weight 0 and not desired when it first sees it (after a restart, or
+/// quiesced by a health checker before it left the desired state), from
+/// that sync. [`Syncer::sync_changes`] also syncs the services with a drain
+/// past its deadline. [`SyncReport::drains_ended_at_deadline`] and
+/// [`SyncReport::drains_ended_idle`] say how the drains of a sync ended.
+///
+/// With [`PlanOptions::keep_weights`] the weights of existing real servers
+/// belong to someone else (a health checker), except that a real server this
+/// syncer drained, and which is desired again, gets its desired weight
+/// back; after a restart the syncer no longer knows which drains it
+/// started, and keeps those weights too.
+///
 /// # Surviving a restart
 ///
 /// Give the syncer a [`LedgerStore`] ([`Syncer::with_ledger`]; a
