@@ -3,7 +3,7 @@
 //! syncer set its weight to 0 itself. In memory only; the plan reads it with
 //! the time of the sync passed in ([`DrainsAt`]), never the clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,10 @@ impl Drain {
 #[derive(Debug, Clone, Default)]
 pub struct Drains {
     services: HashMap<ServiceKey, BTreeMap<SocketAddr, Drain>>,
+    /// The services with a drain under way: drain times may be set for
+    /// every real server of a large table, and an incremental sync looks
+    /// only at these for deadlines.
+    timed: HashSet<ServiceKey>,
 }
 
 impl Drains {
@@ -90,6 +94,7 @@ impl Drains {
             d.started = Some(now);
             d.set_by_syncer = by_us;
         }
+        self.timed.insert(key);
     }
 
     /// Forgets a real server (deleted).
@@ -100,16 +105,36 @@ impl Drains {
                 self.services.remove(key);
             }
         }
+        self.refresh(key);
     }
 
     /// Forgets every real server of a service (deleted).
     pub(crate) fn forget_service(&mut self, key: &ServiceKey) {
         self.services.remove(key);
+        self.timed.remove(key);
     }
 
     /// The services with entries.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &ServiceKey> {
         self.services.keys()
+    }
+
+    /// The services with a drain under way.
+    pub(crate) fn timed_keys(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.timed.iter()
+    }
+
+    /// Keeps `timed` true to the entries of one service.
+    fn refresh(&mut self, key: &ServiceKey) {
+        let timed = self
+            .services
+            .get(key)
+            .is_some_and(|m| m.values().any(|d| d.started.is_some()));
+        if timed {
+            self.timed.insert(*key);
+        } else {
+            self.timed.remove(key);
+        }
     }
 
     /// Whether a service has a drain whose deadline passed at `now`.
@@ -162,6 +187,7 @@ impl Drains {
         if m.is_empty() {
             self.services.remove(key);
         }
+        self.refresh(key);
     }
 
     fn entry(&mut self, key: ServiceKey, addr: SocketAddr) -> &mut Drain {
@@ -300,8 +326,16 @@ mod tests {
                 (addr(6), false)
             ]
         );
+        assert_eq!(d.timed_keys().collect::<Vec<_>>(), [&key()]);
         // The service gone, not desired: nothing left.
         d.settle(&key(), None, None);
         assert!(d.is_empty());
+        assert_eq!(d.timed_keys().count(), 0);
+        // Drain times alone time nothing.
+        d.set_drain_time(key(), addr(1), Duration::from_secs(1));
+        assert_eq!(d.timed_keys().count(), 0);
+        d.start(key(), addr(1), t0, false);
+        d.forget(&key(), &addr(1));
+        assert_eq!(d.timed_keys().count(), 0);
     }
 }

@@ -771,7 +771,7 @@ impl Core {
         let max = self.options.plan.max_drain;
         let mut expired: Vec<ServiceKey> = self
             .drains
-            .keys()
+            .timed_keys()
             .filter(|k| self.drains.has_expired(k, self.now, max) && !keys.contains(k))
             .copied()
             .collect();
