@@ -79,7 +79,11 @@ struct World {
     /// The real servers desired at the sync under way.
     desired: HashSet<Id>,
     /// When each drain started, by the test's own account.
-    since: HashMap<Id, Instant>,
+    /// When each drain started, by the test's own account, and the number
+    /// of the sync that started it.
+    since: HashMap<Id, (Instant, u64)>,
+    /// Syncs so far.
+    syncs: u64,
     /// Drain times set per real server, by the test's own account.
     drain_times: HashMap<Id, Duration>,
     /// Real servers the syncer set to 0 while they were not desired.
@@ -89,7 +93,7 @@ struct World {
 
 impl World {
     fn deadline(&self, id: &Id) -> Option<Instant> {
-        let since = self.since.get(id)?;
+        let (since, _) = self.since.get(id)?;
         let d = self.drain_times.get(id).copied().or(self.max_drain)?;
         since.checked_add(d)
     }
@@ -172,8 +176,8 @@ impl World {
                 if busy && drains_here(&k) && self.deadline(&id).is_none_or(|t| now < t) {
                     self.violations.push(format!(
                         "{op:?}: deleted with {conns:?} before its deadline {:?} (now {:?} after its start)",
-                        self.deadline(&id).map(|t| t - self.since[&id]),
-                        self.since.get(&id).map(|s| now - *s),
+                        self.deadline(&id).map(|t| t - self.since[&id].0),
+                        self.since.get(&id).map(|s| now - s.0),
                     ));
                 }
                 self.since.remove(&id);
@@ -188,6 +192,8 @@ impl World {
     /// servers found not desired, and stop for those desired again.
     fn before_sync(&mut self, keys: &[ServiceKey], now: Instant) {
         self.now = Some(now);
+        self.syncs += 1;
+        let sync = self.syncs;
         for k in keys {
             let Some((_, dests)) = self.table.get(k) else {
                 continue;
@@ -197,34 +203,38 @@ impl World {
                 if self.desired.contains(&id) || !drains_here(k) {
                     self.since.remove(&id);
                 } else {
-                    self.since.entry(id).or_insert(now);
+                    self.since.entry(id).or_insert((now, sync));
                 }
             }
         }
     }
 
-    /// After a sync covering `keys` at `now`: every drain past its deadline
-    /// is gone, and drain times of real servers that are neither desired
-    /// nor in the table are forgotten.
+    /// After a sync covering `keys` at `now`: every drain that an earlier
+    /// sync started and whose deadline has passed is gone, in any service
+    /// (an incremental sync also syncs the services with such drains), and
+    /// drain times of real servers of `keys` that are neither desired nor
+    /// in the table are forgotten.
     fn after_sync(&mut self, keys: &[ServiceKey], now: Instant) {
+        for (k, (_, dests)) in &self.table {
+            for a in dests.keys() {
+                let id = (*k, *a);
+                let Some(&(since, sync)) = self.since.get(&id) else {
+                    continue;
+                };
+                if sync < self.syncs && self.deadline(&id).is_some_and(|t| now >= t) {
+                    self.violations.push(format!(
+                        "{k} {a}: still there {:?} after its drain started, past its deadline",
+                        now - since
+                    ));
+                }
+            }
+        }
         for k in keys {
             let in_table: Vec<SocketAddr> = self
                 .table
                 .get(k)
                 .map(|(_, d)| d.keys().copied().collect())
                 .unwrap_or_default();
-            for a in &in_table {
-                let id = (*k, *a);
-                if self.desired.contains(&id) || !drains_here(k) {
-                    continue;
-                }
-                if self.deadline(&id).is_some_and(|t| now >= t) {
-                    self.violations.push(format!(
-                        "{k} {a}: still there {:?} after its drain started, past its deadline",
-                        now - self.since[&id]
-                    ));
-                }
-            }
             let desired = &self.desired;
             self.drain_times
                 .retain(|id, _| id.0 != *k || desired.contains(id) || in_table.contains(&id.1));
@@ -352,12 +362,17 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0..KEYS, 0..SERVERS, 0..3u32).prop_map(|(key, server, open)| Step::Conns { key, server, open }),
         2 => (0..KEYS, 0..SERVERS, prop_oneof![Just(0u32), 1..9u32])
             .prop_map(|(key, server, weight)| Step::HealthCheck { key, server, weight }),
-        1 => (0..KEYS, 0..SERVERS, 0..4_000u64)
+        1 => (0..KEYS, 0..SERVERS, millis())
             .prop_map(|(key, server, millis)| Step::DrainTime { key, server, millis }),
         3 => (0..3_000u64).prop_map(|millis| Step::Wait { millis }),
         5 => (0..3u8, any::<bool>()).prop_map(|(verify, changes)| Step::Sync { verify, changes }),
         1 => Just(Step::Restart),
     ]
+}
+
+/// Drain times: none at all, short, and a few seconds.
+fn millis() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), Just(1), 1..5_000u64]
 }
 
 fn verify(v: u8) -> Verify {
@@ -567,7 +582,7 @@ fn run(options: PlanOptions, steps: &[Step]) -> std::result::Result<(), TestCase
 fn options() -> impl Strategy<Value = PlanOptions> {
     (
         any::<bool>(),
-        prop_oneof![Just(None), (0..5_000u64).prop_map(Some)],
+        prop_oneof![Just(None), millis().prop_map(Some)],
     )
         .prop_map(|(keep, max)| {
             let o = PlanOptions::default()
