@@ -318,7 +318,8 @@ impl AsyncSyncer {
 
     /// Runs `f` with the syncer on its worker, in order with the other
     /// operations: for its other methods ([`Syncer::forget`],
-    /// [`Syncer::ledger`], [`Syncer::options_mut`], …).
+    /// [`Syncer::ledger`], [`Syncer::options_mut`],
+    /// [`Syncer::set_drain_time`], [`Syncer::drains`], …).
     pub fn with<T, F>(&self, f: F) -> Reply<T>
     where
         T: Send + 'static,
