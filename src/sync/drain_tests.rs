@@ -304,6 +304,13 @@ impl Kernel for Table {
         }
         Ok(())
     }
+
+    fn forget_flows(
+        &mut self,
+        _: &[crate::conntrack::Filter],
+    ) -> std::result::Result<crate::conntrack::DeleteReport, crate::conntrack::ConntrackError> {
+        unreachable!("the drain property runs without conntrack cleanup")
+    }
 }
 
 #[derive(Debug, Clone)]

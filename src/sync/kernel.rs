@@ -9,6 +9,7 @@ use super::read;
 use super::state::ObservedDest;
 use super::wire::Writer;
 use crate::batch::Write;
+use crate::conntrack::{Conntrack, ConntrackError, DeleteReport, Filter};
 use crate::model::{ServiceKey, VirtualServer};
 use crate::{Error, Handle, Operation, Result};
 
@@ -41,6 +42,13 @@ pub(crate) trait Kernel {
         one_by_one: bool,
         on_result: impl FnMut(usize, std::result::Result<(), Error>),
     ) -> std::result::Result<(), Error>;
+
+    /// Deletes the conntrack entries `filters` select (one dump, pipelined
+    /// deletes), in the namespace of the IPVS table.
+    fn forget_flows(
+        &mut self,
+        filters: &[Filter],
+    ) -> std::result::Result<DeleteReport, ConntrackError>;
 }
 
 /// The kernel behind a handle: its socket for reads, extra sockets for
@@ -105,5 +113,16 @@ impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
             *self.writer = Some(writer);
         }
         Ok(())
+    }
+
+    fn forget_flows(
+        &mut self,
+        filters: &[Filter],
+    ) -> std::result::Result<DeleteReport, ConntrackError> {
+        let handle = self.handle.borrow();
+        Conntrack::new()
+            .netns(handle.netns().clone())
+            .timeout(handle.timeout())
+            .delete_all(filters)
     }
 }

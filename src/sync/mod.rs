@@ -70,6 +70,7 @@
 mod drain;
 #[cfg(test)]
 mod drain_tests;
+mod flows;
 mod kernel;
 mod ledger;
 mod ledger_file;
@@ -82,6 +83,7 @@ mod syncer;
 pub(crate) mod wire;
 
 pub use drain::{Drain, Drains};
+pub use flows::FlowCleanup;
 pub use ledger::{ConflictReason, Ledger, LedgerStore, Ownership};
 pub use ledger_file::{FileLedger, LedgerFileError};
 pub use plan::{Counts, Plan, PlanCounts, PlanOptions, Scope, plan, plan_services};

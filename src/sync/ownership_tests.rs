@@ -34,6 +34,7 @@ use super::state::ObservedDest;
 use super::syncer::Core;
 use super::{DesiredState, SyncOptions, Verify};
 use crate::batch::Write;
+use crate::conntrack::{ConntrackError, DeleteReport, Filter};
 use crate::handle::describe;
 use crate::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
 use crate::{Error, Operation, Result};
@@ -83,6 +84,8 @@ struct World {
     fail_lookups_after_writes: bool,
     writes: usize,
     violations: Vec<String>,
+    /// The conntrack selections the syncer asked to clean, in order.
+    flows: Vec<Filter>,
 }
 
 impl World {
@@ -280,6 +283,17 @@ impl Kernel for Table {
             on_result(i, result);
         }
         Ok(())
+    }
+
+    fn forget_flows(
+        &mut self,
+        filters: &[Filter],
+    ) -> std::result::Result<DeleteReport, ConntrackError> {
+        self.0.lock().unwrap().flows.extend_from_slice(filters);
+        Ok(DeleteReport {
+            per_filter: vec![Default::default(); filters.len()],
+            ..DeleteReport::default()
+        })
     }
 }
 
@@ -687,4 +701,48 @@ fn a_failure_after_the_writes_is_in_the_report_not_an_err() {
     let r = core.sync(&mut table, &desired, Verify::None).unwrap();
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(world.lock().unwrap().table[&key(0)].dests.len(), 2);
+}
+
+#[test]
+fn only_acknowledged_deletes_of_udp_and_sctp_are_cleaned_after_the_writes() {
+    let world = Arc::new(Mutex::new(World::default()));
+    let udp = ServiceKey::udp(SocketAddr::from(([10, 96, 1, 1], 53)));
+    let sctp = ServiceKey::sctp(SocketAddr::from(([10, 96, 1, 2], 3868)));
+    let mut desired = DesiredState::new();
+    desired.insert(VirtualServer::new(udp), dests(3)).unwrap();
+    desired.insert(VirtualServer::new(sctp), dests(1)).unwrap();
+    desired.insert(agents(0, false), dests(3)).unwrap();
+    let mut core = agent(&world);
+    core.options.conntrack_cleanup = true;
+    let mut table = Table(Arc::clone(&world));
+    let r = core.sync(&mut table, &desired, Verify::Full).unwrap();
+    assert!(r.is_ok() && r.conntrack.is_none(), "nothing deleted: {r:?}");
+
+    // A UDP real server leaves, the SCTP service and a TCP real server go,
+    // and one UDP real server was deleted behind the syncer's back (its
+    // delete is not acknowledged: nothing of it to clean).
+    world
+        .lock()
+        .unwrap()
+        .table
+        .get_mut(&udp)
+        .unwrap()
+        .dests
+        .remove(&server(1).addr);
+    desired.upsert(VirtualServer::new(udp), dests(0)).unwrap();
+    desired.remove(&sctp).unwrap();
+    desired.upsert(agents(0, false), dests(1)).unwrap();
+    let r = core.sync(&mut table, &desired, Verify::None).unwrap();
+    let cleanup = r.conntrack.as_ref().expect("a cleanup");
+    let want = vec![
+        Filter::real_server(&udp, server(0).addr).unwrap(),
+        Filter::service(&sctp).unwrap(),
+    ];
+    assert_eq!(cleanup.filters, want, "{r:?}");
+    assert_eq!(world.lock().unwrap().flows, want);
+    assert!(r.is_ok(), "{r:?}");
+
+    // Nothing pending: the next sync cleans nothing.
+    let r = core.sync(&mut table, &desired, Verify::Full).unwrap();
+    assert!(r.conntrack.is_none(), "{r:?}");
 }

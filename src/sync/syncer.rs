@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::drain::{Drains, DrainsAt};
+use super::flows::{self, FlowCleanup};
 use super::kernel::{HandleKernel, Kernel};
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
 use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
@@ -119,6 +120,14 @@ pub struct SyncOptions {
     /// of a part's service adds are awaited before its real servers go
     /// out either way.
     pub part_size: NonZeroUsize,
+    /// Deletes the connection-tracking entries of UDP and SCTP real
+    /// servers and services this syncer deleted (default off): once the
+    /// sync's IPVS writes are done, one conntrack dump and a pipelined
+    /// delete per entry, in the handle's namespace
+    /// ([`SyncReport::conntrack`]). Without it, a client that keeps its
+    /// source port keeps following the conntrack entry of a removed real
+    /// server (see [`crate::conntrack`]). TCP entries are left alone.
+    pub conntrack_cleanup: bool,
 }
 
 impl Default for SyncOptions {
@@ -130,6 +139,7 @@ impl Default for SyncOptions {
             read_sockets: 1,
             service_check: ServiceCheck::Auto,
             part_size: DEFAULT_PART_SIZE,
+            conntrack_cleanup: false,
         }
     }
 }
@@ -170,6 +180,13 @@ impl SyncOptions {
     /// (default 131,072; see [`SyncOptions::part_size`]).
     pub fn with_part_size(mut self, part_size: NonZeroUsize) -> Self {
         self.part_size = part_size;
+        self
+    }
+
+    /// Turns the conntrack cleanup after deletes on or off (default off;
+    /// see [`SyncOptions::conntrack_cleanup`]).
+    pub fn with_conntrack_cleanup(mut self, on: bool) -> Self {
+        self.conntrack_cleanup = on;
         self
     }
 }
@@ -260,6 +277,11 @@ pub struct SyncReport {
     /// after the writes ([`Operation::SaveLedger`]; the unsaved changes are
     /// handed to the store again with its next save).
     pub after_writes: Vec<Error>,
+    /// The connection-tracking cleanup after this sync's deletes of UDP
+    /// and SCTP real servers and services, when
+    /// [`SyncOptions::conntrack_cleanup`] is on and there was something to
+    /// clean (including an earlier sync's cleanup tried again).
+    pub conntrack: Option<FlowCleanup>,
 }
 
 impl SyncReport {
@@ -271,6 +293,7 @@ impl SyncReport {
             && self.aborted.is_none()
             && self.conflicts.is_empty()
             && self.after_writes.is_empty()
+            && self.conntrack.as_ref().is_none_or(FlowCleanup::is_ok)
     }
 
     /// The failures that are not consequences of another one (a real-server
@@ -697,6 +720,8 @@ pub(crate) struct Core {
     pub(crate) clock: Arc<dyn Fn() -> Instant + Send + Sync>,
     /// The time of the sync under way, read from `clock` once at its start.
     now: Instant,
+    /// Conntrack selections of acknowledged deletes not cleaned up yet.
+    flows: flows::Pending,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -719,6 +744,7 @@ impl Core {
             drains: Drains::new(),
             clock: Arc::new(Instant::now),
             now: Instant::now(),
+            flows: flows::Pending::default(),
         }
     }
 
@@ -1075,6 +1101,9 @@ impl Core {
         if !retry.is_empty() {
             self.heal(kernel, desired, retry, &mut report);
         }
+        if !self.flows.is_empty() {
+            report.conntrack = Some(self.flows.run(|filters| kernel.forget_flows(filters)));
+        }
         let saved = self.save();
         self.ledger.shrink();
         if let Err(e) = saved {
@@ -1221,6 +1250,8 @@ impl Core {
         let dests = &mut report.destinations;
         let ended_at_deadline = &mut report.drains_ended_at_deadline;
         let ended_idle = &mut report.drains_ended_idle;
+        let flows = &mut self.flows;
+        let cleanup = self.options.conntrack_cleanup;
         let mut answered = 0;
         let mut failed = Vec::new();
         let outcome = kernel.write(
@@ -1240,6 +1271,9 @@ impl Core {
                                 Some(DrainEnd::Idle) => *ended_idle += 1,
                                 None => {}
                             }
+                        }
+                        if cleanup && let Some(filter) = flows::selection(op) {
+                            flows.push(filter);
                         }
                         match op {
                             Write::AddService(_) => services.added += 1,
