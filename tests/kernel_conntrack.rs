@@ -20,8 +20,11 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use ipvsctl::conntrack::{Conntrack, ConntrackError, Entry, Filter};
-use ipvsctl::model::{AddressFamily, ForwardMethod, Protocol, ServiceKey, VirtualServer};
+use ipvsctl::model::{
+    AddressFamily, ForwardMethod, Protocol, RealServer, ServiceKey, VirtualServer,
+};
 use ipvsctl::netlink::netns::run_in;
+use ipvsctl::sync::{DesiredState, SyncOptions, Syncer, Verify};
 use ipvsctl::{NetNs, Timeout};
 use support::traffic::{BPORT, Lab, Proto, REQUEST, VPORT, vip};
 
@@ -343,4 +346,77 @@ fn replacement_ipv4_udp() {
 #[test]
 fn replacement_ipv6_udp() {
     replacement(AddressFamily::Inet6);
+}
+
+/// A syncer with `SyncOptions::conntrack_cleanup` deletes, after its IPVS
+/// writes, the entries of the UDP real server it removed and of the UDP
+/// service it deleted, and reports them. Run with the kernel's default
+/// `expire_nodest_conn=0`, where the kernel itself leaves the entries of a
+/// deleted service in place (they would last until their timeout).
+#[test]
+fn a_syncer_cleans_up_after_the_udp_real_servers_and_services_it_deletes() {
+    let lab = lab(3);
+    lab.router
+        .run("sysctl", &["-qw", "net.ipv4.vs.expire_nodest_conn=0"]);
+    let family = AddressFamily::Inet;
+    let (kept, dropped) = (
+        key(Proto::Udp, family, VPORT),
+        key(Proto::Udp, family, VPORT + 1),
+    );
+    let backend = |i| {
+        RealServer::new(Lab::backend_addr(i, BPORT, family)).with_forward(ForwardMethod::Masquerade)
+    };
+    let mut desired = DesiredState::new();
+    desired
+        .insert(VirtualServer::new(kept), [backend(0)])
+        .expect("desired");
+    desired
+        .insert(VirtualServer::new(dropped), [backend(1)])
+        .expect("desired");
+    let options = SyncOptions::default().with_conntrack_cleanup(true);
+    let mut syncer = Syncer::with_options(&lab.handle, options);
+    let report = syncer.sync(&desired, Verify::Full).expect("sync");
+    assert!(report.is_ok() && report.conntrack.is_none(), "{report:?}");
+
+    let c1 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT), 41_011);
+    let c2 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT + 1), 41_012);
+    assert_eq!(c1.ask().as_deref(), Some("backend-0"));
+    assert_eq!(c2.ask().as_deref(), Some("backend-1"));
+    let ct = conntrack(&lab);
+    let of_old = Filter::real_server(&kept, backend(0).addr).expect("filter");
+    let of_dropped = Filter::service(&dropped).expect("filter");
+    assert_eq!(ct.entries(&of_old).expect("entries").len(), 1);
+    assert_eq!(ct.entries(&of_dropped).expect("entries").len(), 1);
+
+    // Real server 0 is replaced by 2, the second service goes.
+    desired
+        .upsert(VirtualServer::new(kept), [backend(2)])
+        .expect("desired");
+    desired.remove(&dropped).expect("desired");
+    let report = syncer.sync(&desired, Verify::Full).expect("sync");
+    println!(
+        "kernel {}: {:?}",
+        support::kernel_release(),
+        report.conntrack
+    );
+    let cleanup = report.conntrack.as_ref().expect("a cleanup");
+    assert_eq!(cleanup.filters, [of_old.clone(), of_dropped.clone()]);
+    let deletes = cleanup.result.as_ref().expect("the cleanup ran");
+    assert!(deletes.is_ok(), "{deletes:?}");
+    // The deleted service's entry is still there for the syncer to delete.
+    assert_eq!(deletes.per_filter[1].deleted, 1, "{deletes:?}");
+    for counts in &deletes.per_filter {
+        assert_eq!(
+            counts.deleted + counts.already_gone,
+            counts.found,
+            "{deletes:?}"
+        );
+    }
+    assert!(report.is_ok(), "{report:?}");
+    assert!(ct.entries(&of_old).expect("entries").is_empty());
+    assert!(ct.entries(&of_dropped).expect("entries").is_empty());
+
+    // Nothing was deleted by the next sync: no cleanup.
+    let report = syncer.sync(&desired, Verify::Full).expect("sync");
+    assert!(report.conntrack.is_none(), "{report:?}");
 }
