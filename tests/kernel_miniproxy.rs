@@ -299,6 +299,7 @@ fn mini_proxy_follows_the_state_file() {
         .env("PATH", "/nonexistent")
         .args(["--config", state.to_str().unwrap(), "--netns", ns.name()])
         .args(["--device", "kp-ipvs0", "--period", "2", "--cleanup"])
+        .args(["--max-drain", "5", "--conntrack-cleanup"])
         .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
         .stderr(Stdio::piped())
         .spawn()
@@ -429,6 +430,15 @@ fn mini_proxy_follows_the_state_file() {
         &["10.96.0.10/32", "10.96.0.20/32"],
         &proxy,
         "remove a service",
+    );
+    // With --conntrack-cleanup, the UDP service's entries were looked for
+    // (none: nothing sent it traffic) over ctnetlink, after its delete.
+    assert!(
+        proxy
+            .log()
+            .contains("conntrack: 1 selections, 0 entries found, 0 deleted"),
+        "{}",
+        proxy.log()
     );
 
     // 6. Drift is repaired by the periodic full sync.

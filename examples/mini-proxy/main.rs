@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! mini-proxy --config FILE [--owned FILE [--owned-start-over]] [--netns NAME] [--device ipvs0]
-//!            [--period SECS] [--max-drain SECS] [--keep-weights] [--cleanup] [--once]
+//!            [--period SECS] [--max-drain SECS] [--keep-weights] [--conntrack-cleanup]
+//!            [--cleanup] [--once]
 //! ```
 //!
 //! * checks the kernel modules at start and exits with the check's
@@ -29,6 +30,10 @@
 //!   to a health checker (keepalived, an operator's `ipvsadm -e`): the file's
 //!   weight is used only when the proxy adds a real server, and for one it
 //!   set to 0 to drain that comes back;
+//! * with `--conntrack-cleanup`, deletes the conntrack entries of every UDP
+//!   and SCTP endpoint and service it removes, after the IPVS change (as
+//!   kube-proxy does with `conntrack -D`), over ctnetlink; one log line per
+//!   sync that cleaned;
 //! * with `--owned FILE`, keeps its ownership ledger in FILE
 //!   (`ipvsctl::sync::FileLedger`), written ahead of every service it
 //!   creates or deletes, so a restarted proxy, even one killed in the middle
@@ -78,6 +83,7 @@ struct Args {
     once: bool,
     max_drain: Option<Duration>,
     keep_weights: bool,
+    conntrack_cleanup: bool,
 }
 
 const USAGE: &str = "\
@@ -95,6 +101,8 @@ usage: mini-proxy --config FILE [options]
   --keep-weights       leave the weights of existing real servers to a health
                        checker; the file's weight is used only when a real
                        server is added (or comes back after the proxy drained it)
+  --conntrack-cleanup  delete the conntrack entries of removed UDP and SCTP
+                       endpoints and services after each sync
   --cleanup            on SIGTERM/SIGINT, delete the services and VIPs it owns
   --once               sync once and exit
   --help               this text
@@ -112,6 +120,7 @@ fn parse_args() -> Result<Args, String> {
         once: false,
         max_drain: None,
         keep_weights: false,
+        conntrack_cleanup: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -136,6 +145,7 @@ fn parse_args() -> Result<Args, String> {
                 args.max_drain = Some(Duration::from_secs(secs));
             }
             "--keep-weights" => args.keep_weights = true,
+            "--conntrack-cleanup" => args.conntrack_cleanup = true,
             "--help" | "-h" => {
                 print!("{USAGE}");
                 std::process::exit(0);
@@ -244,6 +254,19 @@ fn log_sync(why: &str, r: &SyncReport, took: Duration) {
     for e in &r.after_writes {
         println!("  failed after the writes: {e}");
     }
+    if let Some(c) = &r.conntrack {
+        match &c.result {
+            Ok(d) => println!(
+                "  conntrack: {} selections, {} entries found, {} deleted, {} already gone, {} failed",
+                c.filters.len(),
+                d.total.found,
+                d.total.deleted,
+                d.total.already_gone,
+                d.total.failed
+            ),
+            Err(e) => println!("  conntrack: {} selections: {e}", c.filters.len()),
+        }
+    }
 }
 
 /// Reads the file, binds the VIPs, expands NodePorts and syncs.
@@ -343,6 +366,7 @@ fn run() -> Result<(), String> {
     options.plan.graceful_termination = true;
     options.plan.max_drain = args.max_drain;
     options.plan.keep_weights = args.keep_weights;
+    options.conntrack_cleanup = args.conntrack_cleanup;
     let mut syncer = syncer(&args, &handle, options)?;
 
     let term = Arc::new(AtomicBool::new(false));
