@@ -261,6 +261,13 @@ impl StickyClient {
             .map(|(n, _)| String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 
+    /// The first answer to datagrams sent until one comes (at most
+    /// [`TRIES`]): a flow's very first datagram can be lost while the
+    /// router resolves its neighbours (IPv6 especially, under load).
+    fn first_answer(&self) -> Option<String> {
+        (0..TRIES).find_map(|_| self.ask())
+    }
+
     /// [`TRIES`] datagrams: what answered each.
     fn tries(&self) -> Vec<Option<String>> {
         (0..TRIES).map(|_| self.ask()).collect()
@@ -293,13 +300,13 @@ fn replacement(family: AddressFamily) {
     let a = Lab::backend_addr(0, BPORT, family);
 
     let c1 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT), 41_001);
-    assert_eq!(c1.ask().as_deref(), Some("backend-0"));
+    assert_eq!(c1.first_answer().as_deref(), Some("backend-0"));
     replace(&lab, &without, family, 0, 1);
     let seen = c1.tries();
     println!("kernel {release} {family:?}: without cleanup, after the replacement: {seen:?}");
 
     let c2 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT + 1), 41_002);
-    assert_eq!(c2.ask().as_deref(), Some("backend-0"));
+    assert_eq!(c2.first_answer().as_deref(), Some("backend-0"));
     replace(&lab, &with, family, 0, 1);
     let report = ct
         .delete(&Filter::real_server(&with, a).expect("filter"))
@@ -380,8 +387,8 @@ fn a_syncer_cleans_up_after_the_udp_real_servers_and_services_it_deletes() {
 
     let c1 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT), 41_011);
     let c2 = StickyClient::new(&lab, SocketAddr::new(vip(family), VPORT + 1), 41_012);
-    assert_eq!(c1.ask().as_deref(), Some("backend-0"));
-    assert_eq!(c2.ask().as_deref(), Some("backend-1"));
+    assert_eq!(c1.first_answer().as_deref(), Some("backend-0"));
+    assert_eq!(c2.first_answer().as_deref(), Some("backend-1"));
     let ct = conntrack(&lab);
     let of_old = Filter::real_server(&kept, backend(0).addr).expect("filter");
     let of_dropped = Filter::service(&dropped).expect("filter");
