@@ -264,8 +264,13 @@ impl StickyClient {
     /// The first answer to datagrams sent until one comes (at most
     /// [`TRIES`]): a flow's very first datagram can be lost while the
     /// router resolves its neighbours (IPv6 especially, under load).
+    /// Answers that come late to those datagrams are read and dropped, so
+    /// that what follows sees only answers to its own datagrams.
     fn first_answer(&self) -> Option<String> {
-        (0..TRIES).find_map(|_| self.ask())
+        let first = (0..4 * TRIES).find_map(|_| self.ask());
+        let mut buf = [0u8; 64];
+        while self.sock.recv_from(&mut buf).is_ok() {}
+        first
     }
 
     /// [`TRIES`] datagrams: what answered each.
