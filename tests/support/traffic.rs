@@ -295,6 +295,36 @@ impl Lab {
         .unwrap_or_else(|e| panic!("SCTP connect to {to} from the client: {e}"))
     }
 
+    /// One SCTP exchange from the client's source `from` (reused across
+    /// calls, as a client that keeps its port) to `to`, every wait bounded
+    /// by `wait`: the name answered, or why not.
+    pub fn sctp_request_from(
+        &self,
+        to: SocketAddr,
+        from: SocketAddr,
+        wait: Duration,
+    ) -> io::Result<String> {
+        let ns = NetNs::path(self.client.path());
+        let family = if to.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let mut s = run_in(&ns, || {
+            let fd = socket(family, Proto::Sctp)?;
+            sockopt::set_socket_reuseaddr(&fd, true)?;
+            rnet::bind(&fd, &from)?;
+            sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, Some(wait))?;
+            rnet::connect(&fd, &to)?;
+            Ok(TcpStream::from(fd))
+        })?;
+        s.set_read_timeout(Some(wait))?;
+        s.write_all(REQUEST)?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer)?;
+        Ok(answer)
+    }
+
     /// One UDP exchange from a fresh client socket on a source port never
     /// used before (so a new IPVS connection: an ephemeral port the kernel
     /// happens to pick twice would reuse the first connection's entry);
