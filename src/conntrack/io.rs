@@ -9,8 +9,9 @@ use super::ConntrackError;
 use crate::Timeout;
 use crate::codec::DecodeError;
 use crate::codec::conntrack::{self as codec, CtRequest, Entry};
+use crate::netlink::dump::{self, DumpError};
 use crate::netlink::netns::NetNs;
-use crate::netlink::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol, Reply};
+use crate::netlink::{DumpSize, Exchange, Kind, NlSocket, Protocol, Reply};
 
 /// How many times a dump is asked for before its failure is reported, when
 /// its answer was cut, its answers were dropped or the kernel flagged it
@@ -82,72 +83,46 @@ pub(crate) fn kernel_error(request: &'static str, errno: i32) -> ConntrackError 
 
 /// One dump of the entries of `family` (`AF_UNSPEC`: all), asked again when
 /// its answer was cut, dropped or flagged interrupted, up to
-/// [`MAX_ATTEMPTS`] times; returns the entries (each once) and the number
-/// of dumps asked for.
+/// [`MAX_ATTEMPTS`] times ([`dump::whole`]); returns the entries (each
+/// once) and the number of dumps asked for.
 pub(crate) fn dump(ctnl: &mut Ctnl, family: u8) -> Result<(Vec<Entry>, u32), ConntrackError> {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
+    let once = || {
         let mut answer = None;
         ctnl.run(
             [(CtRequest::Dump(family), Kind::Dump, ())],
             codec::decode,
             |_, (), reply| answer = Some(reply),
-        )
-        .map_err(|source| ConntrackError::Io {
+        )?;
+        Ok(answer)
+    };
+    match dump::whole(MAX_ATTEMPTS, once) {
+        Ok((entries, attempts)) => Ok((unique(entries.into_iter()), attempts)),
+        Err(DumpError::Io(source)) => Err(ConntrackError::Io {
             request: DUMP,
             source,
-        })?;
-        let Some(reply) = answer else {
-            return Err(ConntrackError::Io {
-                request: DUMP,
-                source: io::Error::other("the dump got no outcome"),
-            });
-        };
-        let retry = match reply.result {
-            Ok(()) if !reply.interrupted => {
-                return Ok((unique(reply.data.into_iter().flatten()), attempts));
-            }
-            Ok(()) => io::Error::other("the kernel kept flagging the dump interrupted"),
-            Err(Failure::Truncated) => {
-                io::Error::other("answer datagrams kept overflowing the receive buffer")
-            }
-            Err(Failure::Lost | Failure::Unanswered) => {
-                io::Error::other("the kernel kept dropping the answers (receive buffer overrun)")
-            }
-            Err(Failure::Kernel(e)) => {
-                return Err(match e.errno() {
-                    // nfnetlink answers EINVAL for a subsystem it does not
-                    // have once request_module could not load it.
-                    EINVAL | EOPNOTSUPP => ConntrackError::Unsupported {
-                        detail: format!(
-                            "the kernel answered a ctnetlink dump with {}: \
-                             nf_conntrack_netlink is not loaded and could not be loaded",
-                            io::Error::from_raw_os_error(e.errno())
-                        ),
-                    },
-                    errno => kernel_error(DUMP, errno),
-                });
-            }
-            Err(Failure::Decode(e)) => {
-                return Err(ConntrackError::Malformed {
-                    request: DUMP,
-                    detail: e.to_string(),
-                });
-            }
-            Err(Failure::TimedOut { waited }) => {
-                return Err(ConntrackError::Timeout {
-                    request: DUMP,
-                    waited,
-                });
-            }
-        };
-        if attempts >= MAX_ATTEMPTS {
-            return Err(ConntrackError::Io {
-                request: DUMP,
-                source: retry,
-            });
-        }
+        }),
+        // nfnetlink answers EINVAL for a subsystem it does not have once
+        // request_module could not load it.
+        Err(DumpError::Kernel(errno @ (EINVAL | EOPNOTSUPP))) => Err(ConntrackError::Unsupported {
+            detail: format!(
+                "the kernel answered a ctnetlink dump with {}: \
+                     nf_conntrack_netlink is not loaded and could not be loaded",
+                io::Error::from_raw_os_error(errno)
+            ),
+        }),
+        Err(DumpError::Kernel(errno)) => Err(kernel_error(DUMP, errno)),
+        Err(DumpError::Decode(e)) => Err(ConntrackError::Malformed {
+            request: DUMP,
+            detail: e.to_string(),
+        }),
+        Err(DumpError::TimedOut(waited)) => Err(ConntrackError::Timeout {
+            request: DUMP,
+            waited,
+        }),
+        Err(DumpError::Incomplete { last, .. }) => Err(ConntrackError::Io {
+            request: DUMP,
+            source: io::Error::other(last.describe()),
+        }),
     }
 }
 

@@ -19,6 +19,7 @@
 //! are the crate's own; tools and tests that drive them directly get them
 //! from `ipvsctl::unstable` (feature `unstable`), outside semver.
 
+pub(crate) mod dump;
 pub(crate) mod exchange;
 pub mod netns;
 pub(crate) mod pipeline;

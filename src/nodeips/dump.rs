@@ -12,8 +12,9 @@ use super::records::{AddressFlags, AddressRecord, InterfaceFlags, LinkRecord, Re
 use crate::Timeout;
 use crate::codec::DecodeError;
 use crate::codec::route::{self, DumpFamily, RTM_NEWADDR, RTM_NEWLINK, RouteRequest};
+use crate::netlink::dump::{self, DumpError, Incomplete};
 use crate::netlink::netns::NetNs;
-use crate::netlink::{DumpSize, Exchange, Failure, Kind, NlSocket, Protocol, Reply};
+use crate::netlink::{DumpSize, Exchange, Kind, NlSocket, Protocol, Reply};
 
 /// How many times a dump is asked for before its failure is reported, when
 /// the kernel flags it interrupted by concurrent changes, its answer was
@@ -138,71 +139,50 @@ pub(crate) fn dump_addresses(
 /// Runs `request` as a dump and keeps what `decode` makes of its messages.
 /// A dump that the kernel flags interrupted, whose answer was cut, or
 /// whose answers were dropped is asked again, up to [`MAX_ATTEMPTS`] times
-/// in all; each attempt starts from an empty list.
+/// in all ([`dump::whole`]).
 fn dump<T>(
     rtnl: &mut Rtnl,
     request: RouteRequest,
     what: &'static str,
     decode: impl Fn(u16, &[u8]) -> Result<Option<T>, DecodeError>,
 ) -> Result<Vec<T>, NodeIpsError> {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
+    let once = || {
         let mut answer = None;
         rtnl.run(
             [(request.clone(), Kind::Dump, ())],
             |(), kind, payload| decode(kind, payload),
             |_, (), reply| answer = Some(reply),
-        )
-        .map_err(|source| NodeIpsError::Io {
+        )?;
+        Ok(answer)
+    };
+    match dump::whole(MAX_ATTEMPTS, once) {
+        Ok((data, _)) => Ok(data),
+        Err(DumpError::Io(source)) => Err(NodeIpsError::Io {
             request: what,
             source,
-        })?;
-        let Some(reply) = answer else {
-            return Err(NodeIpsError::Io {
-                request: what,
-                source: io::Error::other("the dump got no outcome"),
-            });
-        };
-        let retry = match reply.result {
-            Ok(()) if !reply.interrupted => {
-                return Ok(reply.data.into_iter().flatten().collect());
-            }
-            Ok(()) => NodeIpsError::DumpInterrupted {
-                request: what,
-                attempts,
-            },
-            Err(Failure::Truncated) => NodeIpsError::Io {
-                request: what,
-                source: io::Error::other("reply datagrams kept overflowing the receive buffer"),
-            },
-            Err(Failure::Lost | Failure::Unanswered) => NodeIpsError::Io {
-                request: what,
-                source: io::Error::other(
-                    "the kernel kept dropping the answers (receive buffer overrun)",
-                ),
-            },
-            Err(Failure::Kernel(e)) => {
-                return Err(NodeIpsError::Kernel {
-                    request: what,
-                    source: io::Error::from_raw_os_error(e.errno()),
-                });
-            }
-            Err(Failure::Decode(e)) => {
-                return Err(NodeIpsError::Malformed {
-                    request: what,
-                    detail: e.to_string(),
-                });
-            }
-            Err(Failure::TimedOut { waited }) => {
-                return Err(NodeIpsError::Timeout {
-                    request: what,
-                    waited,
-                });
-            }
-        };
-        if attempts >= MAX_ATTEMPTS {
-            return Err(retry);
-        }
+        }),
+        Err(DumpError::Kernel(errno)) => Err(NodeIpsError::Kernel {
+            request: what,
+            source: io::Error::from_raw_os_error(errno),
+        }),
+        Err(DumpError::Decode(e)) => Err(NodeIpsError::Malformed {
+            request: what,
+            detail: e.to_string(),
+        }),
+        Err(DumpError::TimedOut(waited)) => Err(NodeIpsError::Timeout {
+            request: what,
+            waited,
+        }),
+        Err(DumpError::Incomplete {
+            attempts,
+            last: Incomplete::Interrupted,
+        }) => Err(NodeIpsError::DumpInterrupted {
+            request: what,
+            attempts,
+        }),
+        Err(DumpError::Incomplete { last, .. }) => Err(NodeIpsError::Io {
+            request: what,
+            source: io::Error::other(last.describe()),
+        }),
     }
 }
