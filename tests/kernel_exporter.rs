@@ -856,6 +856,114 @@ fn compare_counters(ipvs: &Series, want: &Series) -> Result<(), String> {
     }
 }
 
+/// The collapsed-label exporters against the full-label ones (`n`, `i`):
+/// each sums its own backends; node_exporter's groups are ipvs-exporter's
+/// with the SCTP real servers moved as node_exporter misattributes them;
+/// groups no SCTP real server falls into are equal as served. Err lists
+/// every difference; Ok says how many groups there are.
+fn compare_collapsed(
+    n: &Series,
+    nc: &Series,
+    i: &Series,
+    ic: &Series,
+    attribution: &Attribution,
+) -> Result<String, String> {
+    let (n, nc, i, ic) = (
+        only(n, "node_ipvs_"),
+        only(nc, "node_ipvs_"),
+        only(i, "node_ipvs_"),
+        only(ic, "node_ipvs_"),
+    );
+    let mut errors = Vec::new();
+    errors.extend(diff(
+        &collapse(&n, &COLLAPSED),
+        &nc,
+        "node_exporter summed",
+        "node_exporter collapsed",
+    ));
+    errors.extend(diff(
+        &collapse(&i, &COLLAPSED),
+        &ic,
+        "ipvs-exporter summed",
+        "ipvs-exporter collapsed",
+    ));
+    errors.extend(diff(
+        &nc,
+        &collapse(&misattribute(&i, attribution), &COLLAPSED),
+        "node_exporter collapsed",
+        "ipvs-exporter relabelled and summed",
+    ));
+    let is_sctp = |l: &Labels| l.get("proto").map(String::as_str) == Some("SCTP");
+    let sctp: Series = i
+        .iter()
+        .filter(|((_, l), _)| is_sctp(l))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let touched: BTreeSet<Labels> = collapse(&misattribute(&sctp, attribution), &COLLAPSED)
+        .into_keys()
+        .map(|(_, l)| l)
+        .collect();
+    let untouched = |s: &Series| -> Series {
+        s.iter()
+            .filter(|((name, l), _)| {
+                !BACKEND.contains(&name.as_str()) || (!touched.contains(l) && !is_sctp(l))
+            })
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    };
+    errors.extend(diff(
+        &untouched(&nc),
+        &untouched(&ic),
+        "node_exporter",
+        "ipvs-exporter",
+    ));
+    if errors.is_empty() {
+        let groups = nc
+            .keys()
+            .filter(|(name, _)| name == "node_ipvs_backend_weight")
+            .count();
+        Ok(format!(
+            "{groups} backend groups, {} of node_exporter's with SCTP real servers in them",
+            touched.len()
+        ))
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// The series of the exporters' IPVS collectors: `node_ipvs_*`,
+/// `ipvs_service_*`, `ipvs_backend_*`.
+fn ours(series: &Series) -> Series {
+    series
+        .iter()
+        .filter(|((name, _), _)| {
+            name.starts_with("node_ipvs_")
+                || name.starts_with("ipvs_service_")
+                || name.starts_with("ipvs_backend_")
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// `ipvs-exporter --netns=NETNS --once`: its stdout, parsed (OpenMetrics
+/// if it ends with `# EOF`, else text 0.0.4).
+fn once(bin: &Path, netns: &str) -> Result<Series, String> {
+    let out = Command::new(bin)
+        .args([&format!("--netns={netns}"), "--once"])
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ipvs-exporter --once: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|e| format!("--once output: {e}"))?;
+    let openmetrics = text.trim_end().ends_with("# EOF");
+    parse_exposition(&text, openmetrics).map_err(|e| format!("--once: {e}\n{text}"))
+}
+
 // ---------------------------------------------------------------- table ---
 
 /// Marks TCP to `VIP4:FWM_PORT` with [`MARK`] in the router's prerouting
@@ -904,8 +1012,12 @@ fn sock(ip: &str, port: u16) -> SocketAddr {
     SocketAddr::new(ip.parse().expect("literal address"), port)
 }
 
-/// The table: (service, scheduler, [(backend, weight)], real-server port).
-fn table(sctp: bool) -> Vec<(ServiceKey, Scheduler, Vec<(usize, u32)>, u16)> {
+/// A service of the table: its key, scheduler, `(backend, weight)` of its
+/// real servers and their port.
+type Row = (ServiceKey, Scheduler, Vec<(usize, u32)>, u16);
+
+/// The table: every service masqueraded to the lab's backends.
+fn table(sctp: bool) -> Vec<Row> {
     let mut t = vec![
         (
             ServiceKey::tcp(sock(VIP4, VPORT)),
@@ -1080,7 +1192,9 @@ fn compare_all(
 fn ipvs_exporter_reports_what_node_exporter_reports() {
     let started = Instant::now();
     let bin = support::example_binary("ipvs-exporter");
+    let step = |what: &str| println!("[{:5.1} s] {what}", started.elapsed().as_secs_f64());
     let mut lab = Lab::new(3, BPORT, false);
+    step("lab up");
     let sctp = sctp_servers(&mut lab);
     mark_in_router(&lab.router);
     for (key, sched, dests, port) in table(sctp) {
@@ -1111,7 +1225,9 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     let mut ipvs = ipvs_exporter(&bin, lab.router.name(), "/metrics", &[]);
     let mut ipvs_c = ipvs_exporter(&bin, &ns_path, "/collapsed", &[&collapsed_flag]);
 
+    step("table built, exporters started");
     let mut conns = traffic(&lab, sctp);
+    step("traffic sent");
     for e in [&mut node, &mut node_c, &mut ipvs, &mut ipvs_c] {
         e.wait_ready();
     }
@@ -1119,6 +1235,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     // 1. After traffic: equal node_ipvs series, SCTP as node_exporter
     //    misattributes it, ipvs_* counters as the kernel's.
     let settled = settle(&node, conns);
+    step("counters settled");
     println!("node_exporter's node_ipvs series:");
     for ((n, l), v) in &settled {
         println!("  {} {v}", show(n, l));
@@ -1133,6 +1250,8 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
         "some inactive connections"
     );
 
+    step("compared after traffic");
+
     // 2. Collapsed backend labels: both exporters sum alike (node_exporter
     //    with the SCTP real servers in the groups it misattributes them
     //    to), and each sums its own full-label series.
@@ -1140,117 +1259,30 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
         let (n, (nc, i, ic)) = sandwich(&node, || {
             Ok((node_c.scrape()?, ipvs.scrape()?, ipvs_c.scrape()?))
         })?;
-        let (n, nc, i, ic) = (
-            only(&n, "node_ipvs_"),
-            only(&nc, "node_ipvs_"),
-            only(&i, "node_ipvs_"),
-            only(&ic, "node_ipvs_"),
-        );
-        let mut errors = Vec::new();
-        errors.extend(diff(
-            &collapse(&n, &COLLAPSED),
-            &nc,
-            "node_exporter summed",
-            "node_exporter collapsed",
-        ));
-        errors.extend(diff(
-            &collapse(&i, &COLLAPSED),
-            &ic,
-            "ipvs-exporter summed",
-            "ipvs-exporter collapsed",
-        ));
-        errors.extend(diff(
-            &nc,
-            &collapse(&misattribute(&i, &attribution), &COLLAPSED),
-            "node_exporter collapsed",
-            "ipvs-exporter relabelled and summed",
-        ));
-        // Groups no SCTP real server falls into are equal as served.
-        let touched: BTreeSet<Labels> = collapse(
-            &misattribute(
-                &i.iter()
-                    .filter(|((_, l), _)| l.get("proto").map(String::as_str) == Some("SCTP"))
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect(),
-                &attribution,
-            ),
-            &COLLAPSED,
-        )
-        .into_keys()
-        .map(|(_, l)| l)
-        .collect();
-        let untouched = |s: &Series| -> Series {
-            s.iter()
-                .filter(|((name, l), _)| {
-                    !BACKEND.contains(&name.as_str())
-                        || (!touched.contains(l)
-                            && l.get("proto").map(String::as_str) != Some("SCTP"))
-                })
-                .map(|(k, v)| (k.clone(), *v))
-                .collect()
-        };
-        errors.extend(diff(
-            &untouched(&nc),
-            &untouched(&ic),
-            "node_exporter",
-            "ipvs-exporter",
-        ));
-        if errors.is_empty() {
-            println!(
-                "collapsed: {} backend groups, {} with SCTP real servers in them",
-                nc.keys()
-                    .filter(|(name, _)| name == "node_ipvs_backend_weight")
-                    .count(),
-                touched.len()
-            );
-            Ok(())
-        } else {
-            Err(errors.join("\n"))
-        }
+        let summary = compare_collapsed(&n, &nc, &i, &ic, &attribution)?;
+        println!("collapsed: {summary}");
+        Ok(())
     });
+
+    step("compared with collapsed labels");
 
     // 3. --once prints the series its HTTP scrape serves.
     agree("--once against the HTTP scrape", || {
-        let (http, once) = {
-            let before = ipvs.scrape()?;
-            let out = Command::new(&bin)
-                .args([&format!("--netns={}", lab.router.name()), "--once"])
-                .output()
-                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "ipvs-exporter --once: {}\n{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            let text = String::from_utf8(out.stdout).map_err(|e| format!("--once output: {e}"))?;
-            let openmetrics = text.trim_end().ends_with("# EOF");
-            let once =
-                parse_exposition(&text, openmetrics).map_err(|e| format!("--once: {e}\n{text}"))?;
-            let after = ipvs.scrape()?;
-            if after != before {
-                return Err("the HTTP scrape changed meanwhile".to_owned());
-            }
-            (before, once)
-        };
-        let ours = |s: &Series| -> Series {
-            s.iter()
-                .filter(|((name, _), _)| {
-                    name.starts_with("node_ipvs_")
-                        || name.starts_with("ipvs_service_")
-                        || name.starts_with("ipvs_backend_")
-                })
-                .map(|(k, v)| (k.clone(), *v))
-                .collect()
-        };
-        let d = diff(&ours(&http), &ours(&once), "HTTP", "--once");
+        let before = ipvs.scrape()?;
+        let once = once(&bin, lab.router.name())?;
+        let after = ipvs.scrape()?;
+        if ours(&after) != ours(&before) {
+            return Err("the HTTP scrape changed meanwhile".to_owned());
+        }
+        let d = diff(&ours(&before), &ours(&once), "HTTP", "--once");
         if d.is_empty() {
             Ok(())
         } else {
             Err(d.join("\n"))
         }
     });
+
+    step("compared --once");
 
     // 4. More traffic through the IPv4 TCP service: counters grow on both
     //    sides, which still agree.
@@ -1260,6 +1292,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     }
     conns += 3;
     settle(&node, conns);
+    step("more traffic sent, counters settled");
     let (n2, i2) = compare_all(&lab, &node, &ipvs, &attribution, "after more traffic");
     for name in TOTALS {
         assert!(
