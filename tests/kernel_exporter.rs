@@ -1325,3 +1325,103 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The test's own readers, on fixed text: both exposition formats, chunked
+/// transfer, and node_exporter's reading of SCTP lines.
+#[test]
+fn readers_of_the_test() {
+    let text = "# HELP node_ipvs_connections_total The total number of connections made.\n\
+                # TYPE node_ipvs_connections_total counter\n\
+                node_ipvs_connections_total 1.2345e+06\n\
+                # a comment\n\
+                x{a=\"q\\\"\\\\\\n\",b=\"\",} 12 1700000000000\n\
+                y 12.0\n";
+    let s = parse_exposition(text, false).expect("text 0.0.4");
+    assert_eq!(total(&s, "node_ipvs_connections_total"), 1_234_500.0);
+    assert_eq!(
+        value(&s, "x", &labels(&[("a", "q\"\\\n"), ("b", "")])),
+        Some(12.0)
+    );
+    assert_eq!(total(&s, "y"), 12.0);
+    let om = "# TYPE ipvs_service_connections counter\n\
+              # UNIT ipvs_service_connections connections\n\
+              ipvs_service_connections_total{proto=\"TCP\"} 3\n\
+              # EOF\n";
+    assert_eq!(
+        parse_scrape(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            om
+        )
+        .expect("OpenMetrics")
+        .len(),
+        1
+    );
+    assert!(parse_exposition(&om.replace("# EOF\n", ""), true).is_err());
+    assert!(parse_exposition("a 1\na 2\n", false).is_err());
+    assert!(parse_exposition("a{b=c} 1\n", false).is_err());
+    assert!(parse_scrape("text/html", "a 1\n").is_err());
+    assert_eq!(
+        dechunk(b"4\r\nab\r\n\r\n3;x=y\r\ncde\r\n0\r\n\r\n").expect("chunks"),
+        b"ab\r\ncde"
+    );
+
+    let proc = "IP Virtual Server version 1.2.1 (size=4096)\n\
+                Prot LocalAddress:Port Scheduler Flags\n\
+                \x20 -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n\
+                SCTP  0A090909:0050 rr\n\
+                \x20 -> 0A010002:1F92      Masq    1      0          0\n\
+                UDP  [fd09:0000:0000:0000:0000:0000:0000:0009]:0050 rr\n\
+                SCTP  [fd09:0000:0000:0000:0000:0000:0000:0009]:0051 rr\n\
+                FWM  0000000A rr\n\
+                SCTP  0A090909:0051 rr\n";
+    let a = sctp_attribution(proc).expect("attribution");
+    let none = labels(&[
+        ("proto", ""),
+        ("local_address", ""),
+        ("local_port", "0"),
+        ("local_mark", ""),
+    ]);
+    let udp6 = labels(&[
+        ("proto", "UDP"),
+        ("local_address", "fd09::9"),
+        ("local_port", "80"),
+        ("local_mark", ""),
+    ]);
+    let fwm = labels(&[
+        ("proto", "FWM"),
+        ("local_address", ""),
+        ("local_port", "0"),
+        ("local_mark", "0000000A"),
+    ]);
+    let key = |a: &str, p: &str| (a.to_owned(), p.to_owned());
+    assert_eq!(a[&key("10.9.9.9", "80")], none);
+    assert_eq!(a[&key("fd09::9", "81")], udp6);
+    assert_eq!(a[&key("10.9.9.9", "81")], fwm);
+
+    // Two SCTP real servers moved onto one FWM group: summed there.
+    let backend = |addr: &str, port: &str, remote: &str| {
+        let l = labels(&[
+            ("proto", "SCTP"),
+            ("local_address", addr),
+            ("local_port", port),
+            ("local_mark", ""),
+            ("remote_address", remote),
+            ("remote_port", "8082"),
+        ]);
+        ("node_ipvs_backend_weight".to_owned(), l)
+    };
+    let mut s = Series::new();
+    s.insert(backend("10.9.9.9", "81", "10.1.0.2"), 2.0);
+    s.insert(backend("10.9.9.9", "80", "10.1.1.2"), 3.0);
+    let moved = misattribute(&s, &a);
+    let mut want = fwm.clone();
+    want.insert("remote_address".into(), "10.1.0.2".into());
+    want.insert("remote_port".into(), "8082".into());
+    assert_eq!(value(&moved, "node_ipvs_backend_weight", &want), Some(2.0));
+    let summed = collapse(&moved, &COLLAPSED);
+    assert_eq!(
+        summed.values().copied().collect::<Vec<_>>(),
+        vec![3.0, 2.0],
+        "{summed:?}"
+    );
+}
