@@ -17,14 +17,15 @@
 
 mod metrics;
 mod read;
+mod serve;
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use ipvsctl::conns::ConnTable;
 use ipvsctl::{Handle, HandleOptions, NetNs};
 
 use metrics::{BackendLabels, Format};
+use serve::Exporter;
 
 const USAGE: &str = "\
 usage: ipvs-exporter [OPTIONS]
@@ -110,54 +111,6 @@ fn listen_address(addr: &str) -> String {
     }
 }
 
-/// One scrape, in `format`.
-fn scrape(handle: &Handle, table: &ConnTable, o: &Options, format: Format) -> String {
-    let (snapshot, outcome, failure) = read::read(handle, table);
-    if let Some(why) = failure {
-        eprintln!("ipvs-exporter: scrape failed: {why}");
-    }
-    let mut out = String::with_capacity(64 * 1024);
-    metrics::render(snapshot, &o.labels, outcome, format, &mut out);
-    out
-}
-
-const LANDING: &str = "<html><head><title>IPVS Exporter</title></head><body>\
-<h1>IPVS Exporter</h1><p><a href=\"PATH\">Metrics</a></p></body></html>\n";
-
-fn serve(handle: &Handle, table: &ConnTable, o: &Options) -> Result<(), String> {
-    let addr = listen_address(&o.listen);
-    let server = tiny_http::Server::http(&addr).map_err(|e| format!("listen on {addr}: {e}"))?;
-    eprintln!(
-        "ipvs-exporter: listening on {addr}, metrics at {}, namespace {}",
-        o.path,
-        handle.netns()
-    );
-    let header = |name: &str, value: &str| {
-        tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
-    };
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("").to_owned();
-        let response = if path == o.path {
-            let accept = request
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str().to_owned());
-            let format = Format::from_accept(accept.as_deref());
-            tiny_http::Response::from_string(scrape(handle, table, o, format))
-                .with_header(header("Content-Type", format.content_type()))
-        } else if path == "/" {
-            tiny_http::Response::from_string(LANDING.replace("PATH", &o.path))
-                .with_header(header("Content-Type", "text/html; charset=utf-8"))
-        } else {
-            tiny_http::Response::from_string("404 page not found\n").with_status_code(404)
-        };
-        // A client that went away is not the exporter's failure.
-        let _ = request.respond(response);
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let o = match parse_args(std::env::args().skip(1)) {
         Ok(Some(o)) => o,
@@ -177,9 +130,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let table = ConnTable::new().netns(handle.netns().clone());
+    let exporter = Exporter::new(handle, o.labels, o.path);
     if o.once {
-        let text = scrape(&handle, &table, &o, Format::Text);
+        let text = exporter.scrape(Format::Text);
         let mut out = std::io::stdout().lock();
         return match out.write_all(text.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
@@ -189,11 +142,19 @@ fn main() -> ExitCode {
             }
         };
     }
-    match serve(&handle, &table, &o) {
-        Ok(()) => ExitCode::SUCCESS,
+    let addr = listen_address(&o.listen);
+    let server = match tiny_http::Server::http(&addr) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("ipvs-exporter: {e}");
-            ExitCode::FAILURE
+            eprintln!("ipvs-exporter: cannot listen on {addr}: {e}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    eprintln!(
+        "ipvs-exporter: listening on {addr}, metrics at {}, namespace {}",
+        exporter.path,
+        exporter.handle.netns()
+    );
+    exporter.serve(&server);
+    ExitCode::SUCCESS
 }
