@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ipvsctl::conns::{ConnState, ConnTable, Connection, Origin};
 use ipvsctl::model::{ForwardMethod, Protocol, RealServer, ServiceKey, VirtualServer};
@@ -327,4 +327,59 @@ fn an_empty_table_lists_the_title_only() {
     let listing = same_listing(&ns, &["-Lcn"]);
     assert_eq!(listing.lines().count(), 2, "{listing}");
     assert!(table(&table_at(ns.path())).is_empty());
+}
+
+#[test]
+fn totals_count_the_namespace_traffic_and_keep_deleted_services() {
+    let lab = Lab::new(80, 8080);
+    let router = table_at(lab.router.path());
+    let before = router.totals().expect("totals");
+    assert_eq!((before.conns, before.in_pkts, before.out_bytes), (0, 0, 0));
+    let streams: Vec<TcpStream> = (0..3).map(|_| lab.tcp(80)).collect();
+    for i in 0..2 {
+        lab.udp(80, 43_000 + i);
+    }
+    let handle = Handle::open(&NetNs::path(lab.router.path()), &HandleOptions::new())
+        .expect("handle in router");
+    // The kernel adds the per-CPU counters into what both files and netlink
+    // show every 2 s (the rate estimator's tick): wait until the five
+    // connections are counted and a reading of the services falls between
+    // two equal readings of the totals.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (totals, services) = loop {
+        let first = router.totals().expect("totals");
+        let services = handle.list_services().expect("list");
+        let second = router.totals().expect("totals");
+        if first == second && second.conns == 5 {
+            break (second, services);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "totals never settled: {second:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = lab.router.run("cat", &["/proc/net/ip_vs_stats"]);
+    println!(
+        "/proc/net/ip_vs_stats on {}:\n{text}",
+        support::kernel_release()
+    );
+    // Every packet IPVS handled went through one of the two services.
+    let sum = |f: fn(&ipvsctl::model::Stats) -> u64| -> u64 {
+        services.iter().map(|s| f(&s.stats)).sum()
+    };
+    assert_eq!(totals.conns, 5, "{totals:?}");
+    assert_eq!(totals.conns, sum(|s| s.conns));
+    assert_eq!(totals.in_pkts, sum(|s| s.in_pkts));
+    assert_eq!(totals.out_pkts, sum(|s| s.out_pkts));
+    assert_eq!(totals.in_bytes, sum(|s| s.in_bytes));
+    assert_eq!(totals.out_bytes, sum(|s| s.out_bytes));
+    assert!(totals.in_bytes > 0 && totals.out_bytes > 0, "{totals:?}");
+    // Deleting the services leaves the totals as they were.
+    drop(streams);
+    for s in &services {
+        handle.delete_service(&s.service.key).expect("delete");
+    }
+    let after = router.totals().expect("totals");
+    assert!(after.conns >= totals.conns && after.in_bytes >= totals.in_bytes);
 }

@@ -29,22 +29,26 @@
 //! ```
 
 mod parse;
+mod totals;
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::model::Protocol;
+use crate::model::{Protocol, Stats};
 use crate::netlink::netns::{NetNs, PinnedNetNs, run_in};
 
 pub use parse::{ConnParseError, Field};
+pub use totals::TotalsParseError;
 
 /// The connection table of the calling thread's namespace, as `ipvsadm -Lc` reads it.
 const CONN_FILE: &str = "/proc/thread-self/net/ip_vs_conn";
 /// The same table with each entry's origin (local or learnt from a sync daemon).
 const CONN_SYNC_FILE: &str = "/proc/thread-self/net/ip_vs_conn_sync";
+/// The namespace's totals of connections, packets and bytes.
+const TOTALS_FILE: &str = "/proc/thread-self/net/ip_vs_stats";
 
 /// Which of the two procfs views a reader parses: they differ in one column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +264,9 @@ pub enum ConnError {
     /// A line does not have the kernel's format.
     #[error(transparent)]
     Parse(#[from] ConnParseError),
+    /// `/proc/net/ip_vs_stats` does not have the kernel's format.
+    #[error(transparent)]
+    Totals(#[from] TotalsParseError),
 }
 
 /// A streaming reader of the connection table: an iterator of entries,
@@ -429,6 +436,34 @@ impl ConnTable {
     /// as a streaming reader. See [`ConnTable::connections`].
     pub fn sync_connections(&self) -> Result<ConnReader<BufReader<File>>, ConnError> {
         open(&self.netns, CONN_SYNC_FILE)
+    }
+
+    /// The namespace's totals (`/proc/net/ip_vs_stats`): connections,
+    /// packets and bytes IPVS has handled since it was loaded in the
+    /// namespace, and their rate estimates, as [`Stats`] with
+    /// [`StatsSource::Procfs`](crate::model::StatsSource::Procfs). No netlink command returns these; unlike the
+    /// services' counters, they keep what deleted services handled.
+    ///
+    /// Errors: as [`ConnTable::connections`], or [`ConnError::Totals`] when
+    /// the file does not have the kernel's format.
+    ///
+    /// ```no_run
+    /// let totals = ipvsctl::conns::ConnTable::new().totals()?;
+    /// println!("{} connections, {} bytes in", totals.conns, totals.in_bytes);
+    /// # Ok::<(), ipvsctl::conns::ConnError>(())
+    /// ```
+    pub fn totals(&self) -> Result<Stats, ConnError> {
+        let io = |source| ConnError::Io {
+            path: PathBuf::from(TOTALS_FILE),
+            netns: self.netns.to_string(),
+            source,
+        };
+        // Opened inside the namespace, read here: the file keeps showing the
+        // namespace it was opened in.
+        let mut file = run_in(&self.netns, || File::open(TOTALS_FILE)).map_err(io)?;
+        let mut text = String::with_capacity(512);
+        file.read_to_string(&mut text).map_err(io)?;
+        Ok(totals::parse(&text)?)
     }
 }
 

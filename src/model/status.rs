@@ -26,6 +26,9 @@ pub enum StatsSource {
     Stats32,
     /// The 64-bit `STATS64` attribute (4.1+).
     Stats64,
+    /// The namespace's totals in `/proc/net/ip_vs_stats` (64-bit), read by
+    /// [`crate::conns::ConnTable::totals`].
+    Procfs,
 }
 
 /// Traffic counters and rate estimates of a service or destination.
