@@ -154,7 +154,8 @@
 //! without IPVS too (`examples/quick_start.rs`, in a QEMU guest). Its
 //! `docs/` covers the kernel facts found while testing
 //! (`docs/kernel-notes.md`), the examples (`ipvsadm-lite`, a drop-in for
-//! `ipvsadm` 1.31, and `mini-proxy`, a small service proxy) and porting from
+//! `ipvsadm` 1.31, `mini-proxy`, a small service proxy, and
+//! `ipvs-exporter`, node_exporter's IPVS metrics and more) and porting from
 //! the Go libraries moby/ipvs and cloudflare/ipvs and from kube-proxy
 //! (`docs/porting.md`); its CONTRIBUTING.md covers testing against real
 //! kernels and fuzzing. Measured figures, with how and on which kernel they

@@ -102,12 +102,24 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
     Ok(Some(o))
 }
 
-/// `:PORT` (every address, as node_exporter takes it) becomes `[::]:PORT`,
-/// which on Linux also accepts IPv4 unless `net.ipv6.bindv6only` is set.
-fn listen_address(addr: &str) -> String {
-    match addr.strip_prefix(':') {
-        Some(port) => format!("[::]:{port}"),
-        None => addr.to_owned(),
+/// Listens on `addr`. `:PORT` (every address, as node_exporter takes it)
+/// is `[::]:PORT`, which on Linux takes IPv4 too, or `0.0.0.0:PORT` where
+/// IPv6 is off.
+fn listen(addr: &str) -> Result<(tiny_http::Server, String), String> {
+    let Some(port) = addr.strip_prefix(':') else {
+        return tiny_http::Server::http(addr)
+            .map(|s| (s, addr.to_owned()))
+            .map_err(|e| format!("cannot listen on {addr}: {e}"));
+    };
+    let dual = format!("[::]:{port}");
+    match tiny_http::Server::http(&dual) {
+        Ok(s) => Ok((s, dual)),
+        Err(v6) => {
+            let v4 = format!("0.0.0.0:{port}");
+            tiny_http::Server::http(&v4)
+                .map(|s| (s, v4))
+                .map_err(|e| format!("cannot listen on {addr}: {v6}; nor on IPv4 alone: {e}"))
+        }
     }
 }
 
@@ -142,11 +154,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let addr = listen_address(&o.listen);
-    let server = match tiny_http::Server::http(&addr) {
-        Ok(s) => s,
+    let (server, addr) = match listen(&o.listen) {
+        Ok(listening) => listening,
         Err(e) => {
-            eprintln!("ipvs-exporter: cannot listen on {addr}: {e}");
+            eprintln!("ipvs-exporter: {e}");
             return ExitCode::FAILURE;
         }
     };

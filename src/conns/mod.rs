@@ -12,6 +12,10 @@
 //! thread inside it (see [`run_in`](crate::netlink::netns::run_in())); reading
 //! then happens on the caller's thread.
 //!
+//! [`ConnTable::totals`] reads the namespace's totals beside the table
+//! (`/proc/net/ip_vs_stats`: connections, packets and bytes since IPVS was
+//! loaded there).
+//!
 //! Every line is checked; a line that does not have the kernel's format is a
 //! [`ConnError::Parse`] naming the line and the field, never a panic.
 //!

@@ -38,19 +38,19 @@ pub(super) fn parse(text: &str) -> Result<Stats, TotalsParseError> {
     let lines: Vec<&str> = text.lines().collect();
     let [conns, in_pkts, out_pkts, in_bytes, out_bytes] = five(&lines, 3)?;
     let [cps, in_pps, out_pps, in_bps, out_bps] = five(&lines, 6)?;
-    let mut stats = Stats::default();
-    stats.conns = conns;
-    stats.in_pkts = in_pkts;
-    stats.out_pkts = out_pkts;
-    stats.in_bytes = in_bytes;
-    stats.out_bytes = out_bytes;
-    stats.cps = cps;
-    stats.in_pps = in_pps;
-    stats.out_pps = out_pps;
-    stats.in_bps = in_bps;
-    stats.out_bps = out_bps;
-    stats.source = StatsSource::Procfs;
-    Ok(stats)
+    Ok(Stats {
+        conns,
+        in_pkts,
+        out_pkts,
+        in_bytes,
+        out_bytes,
+        cps,
+        in_pps,
+        out_pps,
+        in_bps,
+        out_bps,
+        source: StatsSource::Procfs,
+    })
 }
 
 /// The five hexadecimal numbers of line `line` (1-based).
