@@ -506,15 +506,21 @@ impl Drop for Exporter {
     }
 }
 
-/// node_exporter with only its ipvs collector, inside `ns` on
-/// `127.0.0.1:port`.
-fn node_exporter(ns: &TestNetns, port: u16, path: &str, extra: &[&str]) -> Exporter {
+/// Debian's node_exporter binary; panics if the package is missing.
+fn node_exporter_binary() -> PathBuf {
     let bin = support::tool(NODE_EXPORTER);
     assert!(
         bin.is_file(),
         "{NODE_EXPORTER} is missing: install the Debian package prometheus-node-exporter \
          (scripts/test does)"
     );
+    bin
+}
+
+/// node_exporter with only its ipvs collector, inside `ns` on
+/// `127.0.0.1:port`.
+fn node_exporter(ns: &TestNetns, port: u16, path: &str, extra: &[&str]) -> Exporter {
+    let bin = node_exporter_binary();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut cmd = ns.command(&bin);
     cmd.args([
@@ -1239,8 +1245,31 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     let started = Instant::now();
     let bin = support::example_binary("ipvs-exporter");
     let step = |what: &str| println!("[{:5.1} s] {what}", started.elapsed().as_secs_f64());
+    // The guest reads the host's files over 9p: node_exporter's 13 MB
+    // binary took 3-8 s to start the first time under load. Read into the
+    // page cache while the lab is built.
+    let node_bin = node_exporter_binary();
+    let warm = std::thread::spawn(move || std::fs::read(node_bin).map(drop));
+    // Loads ip_vs and every scheduler module, once per test binary.
+    support::require_ipvs();
+    step("IPVS modules loaded");
     let mut lab = Lab::new(3, BPORT, false);
     step("lab up");
+
+    // The exporters start while the table is built (they read it at each
+    // scrape). Declared after the lab: dropped (killed) before its
+    // namespaces go.
+    let _ = warm.join();
+    let ns_path = lab.router.path().to_str().expect("UTF-8 path").to_owned();
+    let mut node = node_exporter(&lab.router, 9100, "/metrics", &[]);
+    let collapsed_flag = format!("--collector.ipvs.backend-labels={}", COLLAPSED.join(","));
+    let mut node_c = node_exporter(&lab.router, 9101, "/collapsed", &[&collapsed_flag]);
+    let mut ipvs = ipvs_exporter(&bin, lab.router.name(), "/metrics", &[]);
+    // Scraped without an Accept header: Prometheus text 0.0.4 (the other
+    // instance is asked for OpenMetrics, as Prometheus asks).
+    let mut ipvs_c =
+        ipvs_exporter(&bin, &ns_path, "/collapsed", &[&collapsed_flag]).accepting(None);
+
     let sctp = sctp_servers(&mut lab);
     mark_in_router(&lab.router);
     for (key, sched, dests, port) in table(sctp) {
@@ -1262,19 +1291,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
         if sctp { 2 } else { 0 },
         "{attribution:?}"
     );
-
-    // Declared after the lab: dropped (killed) before its namespaces go.
-    let ns_path = lab.router.path().to_str().expect("UTF-8 path").to_owned();
-    let mut node = node_exporter(&lab.router, 9100, "/metrics", &[]);
-    let collapsed_flag = format!("--collector.ipvs.backend-labels={}", COLLAPSED.join(","));
-    let mut node_c = node_exporter(&lab.router, 9101, "/collapsed", &[&collapsed_flag]);
-    let mut ipvs = ipvs_exporter(&bin, lab.router.name(), "/metrics", &[]);
-    // Scraped without an Accept header: Prometheus text 0.0.4 (the other
-    // instance is asked for OpenMetrics, as Prometheus asks).
-    let mut ipvs_c =
-        ipvs_exporter(&bin, &ns_path, "/collapsed", &[&collapsed_flag]).accepting(None);
-
-    step("table built, exporters started");
+    step("exporters started, table built");
     let mut conns = traffic(&lab, sctp);
     step("traffic sent");
     for e in [&mut node, &mut node_c, &mut ipvs, &mut ipvs_c] {
