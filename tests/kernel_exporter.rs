@@ -756,6 +756,23 @@ fn compare_node_series(
         .into_iter()
         .filter(|e| e.contains(&format!("remote_port=\"{SCTP_PORT}\""))),
     );
+    // ipvs-exporter's SCTP real servers under their own SCTP service.
+    for (name, l) in i.keys() {
+        if !BACKEND.contains(&name.as_str()) || l.get("remote_port") != Some(&sctp_port) {
+            continue;
+        }
+        let service = (
+            l.get("local_address").cloned().unwrap_or_default(),
+            l.get("local_port").cloned().unwrap_or_default(),
+        );
+        if l.get("proto").map(String::as_str) != Some("SCTP") || !attribution.contains_key(&service)
+        {
+            errors.push(format!(
+                "{}: an SCTP real server, not under its SCTP service",
+                show(name, l)
+            ));
+        }
+    }
     for name in BACKEND {
         let count = |s: &Series| s.keys().filter(|(k, _)| k == name).count();
         if count(&n) != count(&i) {
@@ -1238,9 +1255,21 @@ fn compare_all(
         backends, node_backends,
         "{round}: ipvs_backend_* and node_ipvs_backend_* of ipvs-exporter name the same real servers"
     );
-    if !attribution.is_empty() {
-        let lines = check_sctp(&n, &i, attribution)
-            .unwrap_or_else(|e| panic!("{round}: SCTP real servers:\n{e}"));
+    let lines = check_sctp(&n, &i, attribution)
+        .unwrap_or_else(|e| panic!("{round}: SCTP real servers:\n{e}"));
+    let in_kernel = want
+        .keys()
+        .filter(|(name, l)| {
+            name == "ipvs_backend_connections_total"
+                && l.get("proto").map(String::as_str) == Some("SCTP")
+        })
+        .count();
+    assert_eq!(
+        lines.len(),
+        in_kernel,
+        "{round}: every SCTP real server checked: {lines:#?}"
+    );
+    if !lines.is_empty() {
         println!("{round}: node_exporter's SCTP real servers (misattributed):");
         for l in lines {
             println!("  {l}");
@@ -1512,4 +1541,54 @@ fn readers_of_the_test() {
         vec![3.0, 2.0],
         "{summed:?}"
     );
+
+    // The comparison: node_exporter's view of one table against
+    // ipvs-exporter's; a value off, or SCTP labelled as node_exporter
+    // labels it, is a difference.
+    let rs = |proto: &str, local: &str, remote: &str, port: &str| {
+        labels(&[
+            ("proto", proto),
+            ("local_address", local),
+            ("local_port", "80"),
+            ("local_mark", ""),
+            ("remote_address", remote),
+            ("remote_port", port),
+        ])
+    };
+    let sctp_port = SCTP_PORT.to_string();
+    let a = sctp_attribution(
+        "TCP  0A090909:0050 rr\n  -> 0A010002:1F90 Masq 1 0 0\n\
+         SCTP  0A090909:0050 rr\n  -> 0A010002:1F92 Masq 2 0 0\n",
+    )
+    .expect("attribution");
+    let mut ipvs = Series::new();
+    let mut node = Series::new();
+    for name in TOTALS {
+        ipvs.insert((name.to_owned(), Labels::new()), 7.0);
+        node.insert((name.to_owned(), Labels::new()), 7.0);
+    }
+    for (name, v) in BACKEND.iter().zip([1.0, 2.0, 3.0]) {
+        let tcp = rs("TCP", "10.9.9.9", "10.1.0.2", "8080");
+        ipvs.insert(((*name).to_owned(), tcp.clone()), v);
+        node.insert(((*name).to_owned(), tcp), v);
+        let sctp = rs("SCTP", "10.9.9.9", "10.1.0.2", &sctp_port);
+        ipvs.insert(((*name).to_owned(), sctp), v + 10.0);
+        let moved = rs("TCP", "10.9.9.9", "10.1.0.2", &sctp_port);
+        node.insert(((*name).to_owned(), moved), v + 10.0);
+    }
+    assert_eq!(compare_node_series(&node, &ipvs, &a), Ok(()));
+    assert_eq!(check_sctp(&node, &ipvs, &a).map(|l| l.len()), Ok(1));
+    let mut off = ipvs.clone();
+    off.insert(
+        (
+            "node_ipvs_backend_weight".to_owned(),
+            rs("TCP", "10.9.9.9", "10.1.0.2", "8080"),
+        ),
+        4.0,
+    );
+    let e = compare_node_series(&node, &off, &a).expect_err("a weight off");
+    assert!(e.contains("node_exporter 3, ipvs-exporter 4"), "{e}");
+    let as_node = misattribute(&ipvs, &a);
+    assert!(compare_node_series(&node, &as_node, &a).is_err());
+    assert!(check_sctp(&node, &as_node, &a).is_ok_and(|l| l.is_empty()));
 }
