@@ -1065,8 +1065,9 @@ fn once(bin: &Path, netns: &str) -> Result<Series, String> {
 // ---------------------------------------------------------------- table ---
 
 /// Marks TCP to `VIP4:FWM_PORT` with [`MARK`] in the router's prerouting
-/// hook (mangle priority, ahead of IPVS in LOCAL_IN).
-fn mark_in_router(router: &TestNetns) {
+/// hook (mangle priority, ahead of IPVS in LOCAL_IN), from a thread of its
+/// own (join it before the traffic).
+fn mark_in_router(router: &TestNetns) -> std::thread::JoinHandle<()> {
     let rules = format!(
         "table inet exporter_test {{\n\
          \tchain pre {{\n\
@@ -1077,12 +1078,14 @@ fn mark_in_router(router: &TestNetns) {
     );
     let mut nft = router.command("nft");
     nft.args(["-f", "-"]);
-    let out = support::feed(&mut nft, &rules);
-    assert!(
-        out.status.success(),
-        "nft -f failed: {}\n{rules}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    std::thread::spawn(move || {
+        let out = support::feed(&mut nft, &rules);
+        assert!(
+            out.status.success(),
+            "nft -f failed: {}\n{rules}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
 }
 
 /// Whether SCTP works in this kernel: loaded, and the backends' SCTP
@@ -1285,11 +1288,16 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     let started = Instant::now();
     let bin = support::example_binary("ipvs-exporter");
     let step = |what: &str| println!("[{:5.1} s] {what}", started.elapsed().as_secs_f64());
-    // The guest reads the host's files over 9p: node_exporter's 13 MB
-    // binary took 3-8 s to start the first time under load. Read into the
-    // page cache while the lab is built.
+    // Meanwhile the lab is built: node_exporter's 13 MB binary read into
+    // the guest's page cache (the guest reads the host's files over 9p: its
+    // first start took 3-8 s under load), and the modules of SCTP and
+    // nftables loaded (1-3 s each under TCG).
     let node_bin = node_exporter_binary();
-    let warm = std::thread::spawn(move || std::fs::read(node_bin).map(drop));
+    let warm = std::thread::spawn(move || {
+        let _ = std::fs::read(node_bin);
+        let _ = support::traffic::modprobe("sctp");
+        let _ = support::traffic::modprobe("nf_tables");
+    });
     // Loads ip_vs and every scheduler module, once per test binary.
     support::require_ipvs();
     step("IPVS modules loaded");
@@ -1310,8 +1318,8 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     let mut ipvs_c =
         ipvs_exporter(&bin, &ns_path, "/collapsed", &[&collapsed_flag]).accepting(None);
 
+    let marking = mark_in_router(&lab.router);
     let sctp = sctp_servers(&mut lab);
-    mark_in_router(&lab.router);
     for (key, sched, dests, port) in table(sctp) {
         lab.program(
             &VirtualServer::new(key).with_scheduler(sched),
@@ -1331,6 +1339,9 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
         if sctp { 2 } else { 0 },
         "{attribution:?}"
     );
+    if let Err(panic) = marking.join() {
+        std::panic::resume_unwind(panic);
+    }
     step("exporters started, table built");
     let mut conns = traffic(&lab, sctp);
     step("traffic sent");
