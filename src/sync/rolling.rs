@@ -97,7 +97,8 @@ impl Rolling {
         is_managed: impl Fn(&ServiceKey) -> bool,
         count: usize,
     ) -> Option<u64> {
-        self.slice.clear();
+        // Its room given back: syncs in between need none.
+        self.slice = HashSet::new();
         if self.verified.len() > count.saturating_mul(2).saturating_add(64) {
             self.verified.retain(|k, _| is_managed(k));
             self.verified.shrink_to_fit();

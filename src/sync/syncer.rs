@@ -54,9 +54,9 @@ pub enum Verify {
     /// the syncer's back) is repaired in the same sync, under the same
     /// rules of [ownership](Syncer#ownership) as with [`Verify::Full`];
     /// drift anywhere is therefore repaired within `syncs` rolling syncs,
-    /// services changed or deleted behind the syncer's back at once (the
-    /// service table check finds them). A rolling sync that finds no drift
-    /// writes nothing.
+    /// and with [`Syncer::sync`] services changed or deleted behind the
+    /// syncer's back at once (the service table check finds them). A
+    /// rolling sync that finds no drift writes nothing.
     ///
     /// The slice: every managed service has the number of the rolling sync
     /// that last verified it in full. A rolling sync reads the
@@ -91,8 +91,12 @@ pub enum Verify {
     /// `syncs - 1` after a rolling sync that returned `Ok`).
     ///
     /// `syncs = 1` reads everything on every sync, as [`Verify::Full`].
-    /// The cost of a rolling sync is about that of [`Verify::Services`] plus
-    /// `1/syncs` of the real-server reads of [`Verify::Full`].
+    /// A rolling sync costs what a [`Verify::Services`] sync costs, plus
+    /// the real-server reads of its slice (about `1/syncs` of those of
+    /// [`Verify::Full`]) and two passes over the managed services in
+    /// memory (choosing the slice, and finding the stalest for the
+    /// report), with [`Syncer::sync_changes`] too. The record takes a key
+    /// and a number per managed service, from the first rolling sync on.
     ///
     /// ```no_run
     /// use std::num::NonZeroU32;
@@ -328,12 +332,13 @@ pub struct SyncReport {
     /// How the kernel was read (a syncer without memory reads fully whatever
     /// was asked).
     pub verified: Option<Verify>,
-    /// Managed services this sync verified in full before planning: read
-    /// whole (the service and every real server), whatever the reason (a
-    /// [`Verify::Full`] or [`Verify::Rolling`] slice, a service changed
+    /// Managed services this sync verified in full: read whole (the
+    /// service and every real server) before planning, whatever the reason
+    /// ([`Verify::Full`], a [`Verify::Rolling`] slice, a service changed
     /// behind the syncer's back, a stale service, a drain, a kept weight to
-    /// update), or created by this sync (its add acknowledged: the service
-    /// is then what the sync wrote).
+    /// update), or created by it (its add acknowledged: the service is then
+    /// what the sync wrote). A service read again to heal after the writes
+    /// is not counted again.
     pub verified_in_full: usize,
     /// After a [`Verify::Rolling`] sync (`None` after any other): the most
     /// rolling syncs any managed service has now gone without a full
