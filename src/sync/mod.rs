@@ -40,7 +40,10 @@
 //! syncer remembers what it applied: [`Verify::Services`] checks the service
 //! table (one dump, or a lookup per service in large tables) and trusts
 //! remembered real servers, [`Verify::Full`]
-//! reads everything and repairs any drift (run it on a schedule), and
+//! reads everything and repairs any drift (run it on a schedule),
+//! [`Verify::Rolling`] checks the service table and reads a slice of the
+//! managed services in full on every sync, so that every one is read
+//! within a number of syncs you choose (drift detection by the slice), and
 //! [`Verify::None`] reads nothing. Measured figures, with how and on which
 //! kernels they were taken, are in `docs/performance.md` in the repository.
 //!
@@ -78,6 +81,9 @@ mod ledger_file;
 mod ownership_tests;
 mod plan;
 mod read;
+mod rolling;
+#[cfg(test)]
+mod rolling_tests;
 mod state;
 mod syncer;
 pub(crate) mod wire;

@@ -5,7 +5,7 @@ use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use super::flows::{self, FlowCleanup};
 use super::kernel::{HandleKernel, Kernel};
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
 use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
+use super::rolling::Rolling;
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::batch::{BatchMode, Write};
@@ -43,9 +44,114 @@ pub enum Verify {
     /// [`PlanOptions::keep_weights`], services with a real server to update
     /// (the kernel's weight is needed).
     None,
+    /// Drift detection by the slice: each sync checks the service table as
+    /// [`Verify::Services`] does and reads a slice of the managed services
+    /// in full as [`Verify::Full`] does, so that every managed service is
+    /// read in full at least once in any `syncs` consecutive rolling syncs.
+    /// Made with [`Verify::rolling`].
+    ///
+    /// Drift in the slice (a real server removed, added or changed behind
+    /// the syncer's back) is repaired in the same sync, under the same
+    /// rules of [ownership](Syncer#ownership) as with [`Verify::Full`];
+    /// drift anywhere is therefore repaired within `syncs` rolling syncs,
+    /// and with [`Syncer::sync`] services changed or deleted behind the
+    /// syncer's back at once (the service table check finds them). A
+    /// rolling sync that finds no drift writes nothing.
+    ///
+    /// The slice: every managed service has the number of the rolling sync
+    /// that last verified it in full. A rolling sync reads the
+    /// `ceil(n / syncs)` of the `n` managed services that have gone longest
+    /// without a full verification (ties in key order), and every one that
+    /// has gone `syncs` rolling syncs or more without one, whatever their
+    /// number (after services left, or after a rolling sync that returned
+    /// `Err`). A service counts as verified in full in any sync, rolling or
+    /// not, that read it whole for whatever reason (the slice,
+    /// [`Verify::Full`], a service changed behind the syncer's back, a
+    /// service stale after a failure, a drain, a kept weight to update,
+    /// self-healing), or that created it. Only rolling syncs count: syncs
+    /// asked for other verifications in between (say, [`Syncer::sync_changes`]
+    /// with [`Verify::None`] on every event) neither age services nor
+    /// bring a rolling sync's reads forward. [`Syncer::plan`] reads the
+    /// slice the next sync would read and does not count as a sync.
+    ///
+    /// With [`Syncer::sync`], the slice is taken from every managed service;
+    /// with [`Syncer::sync_changes`], the changed services are checked as
+    /// [`Verify::Services`] checks them (each looked up, real servers read
+    /// where the service differs), and the slice, taken from every managed
+    /// service as well, is looked up, read in full and synced with them, so
+    /// that an agent that syncs only incrementally still finds drift within
+    /// `syncs` of its syncs. A slice service that is no longer desired is
+    /// deleted then, as [`Syncer::sync`] would delete it. Only a service
+    /// dump finds services someone else made within a [`Scope::Filter`] or
+    /// [`Scope::All`]: [`Syncer::sync`] does that, `sync_changes` does not.
+    ///
+    /// [`SyncReport::verified_in_full`] counts the services a sync verified
+    /// in full, and [`SyncReport::max_unverified_syncs`] says how long the
+    /// stalest managed service has now gone without it (at most
+    /// `syncs - 1` after a rolling sync that returned `Ok`).
+    ///
+    /// `syncs = 1` reads everything on every sync, as [`Verify::Full`].
+    /// A rolling sync costs what a [`Verify::Services`] sync costs, plus
+    /// the real-server reads of its slice (about `1/syncs` of those of
+    /// [`Verify::Full`]) and two passes over the managed services in
+    /// memory (choosing the slice, and finding the stalest for the
+    /// report), with [`Syncer::sync_changes`] too. The record takes a key
+    /// and a number per managed service, from the first rolling sync on.
+    ///
+    /// ```no_run
+    /// use std::num::NonZeroU32;
+    /// use ipvsctl::Handle;
+    /// use ipvsctl::sync::{DesiredState, Syncer, Verify};
+    ///
+    /// let handle = Handle::new()?;
+    /// let mut syncer = Syncer::new(&handle);
+    /// let desired = DesiredState::new();
+    /// // Every managed service read in full at least once every 10 syncs.
+    /// let rolling = Verify::rolling(NonZeroU32::new(10).unwrap());
+    /// let report = syncer.sync(&desired, rolling)?;
+    /// println!(
+    ///     "{} services verified in full, the stalest {:?} syncs ago",
+    ///     report.verified_in_full, report.max_unverified_syncs,
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[non_exhaustive]
+    Rolling {
+        /// Within how many consecutive rolling syncs every managed service
+        /// is read in full.
+        syncs: NonZeroU32,
+    },
 }
 
-/// How a [`Verify::Services`] sync checks the service table.
+impl Verify {
+    /// [`Verify::Rolling`]: every managed service read in full at least
+    /// once in any `syncs` consecutive rolling syncs, a slice of them in
+    /// each.
+    pub const fn rolling(syncs: NonZeroU32) -> Self {
+        Verify::Rolling { syncs }
+    }
+
+    /// The number of syncs of a [`Verify::Rolling`], `None` for the others.
+    const fn rolling_syncs(self) -> Option<NonZeroU32> {
+        match self {
+            Verify::Rolling { syncs } => Some(syncs),
+            _ => None,
+        }
+    }
+
+    /// How the service table is checked: as [`Verify::Services`] for
+    /// [`Verify::Rolling`] (its slice is read in full on top), as asked for
+    /// the others.
+    const fn check(self) -> Self {
+        match self {
+            Verify::Rolling { .. } => Verify::Services,
+            v => v,
+        }
+    }
+}
+
+/// How a [`Verify::Services`] (or [`Verify::Rolling`]) sync checks the
+/// service table.
 ///
 /// A service dump costs the kernel time that grows with the square of the
 /// table (it restarts its walk of the service table for every datagram of
@@ -109,8 +215,8 @@ pub struct SyncOptions {
     /// read (default 1; extra sockets are opened on first use, in the
     /// handle's namespace).
     pub read_sockets: usize,
-    /// How a [`Verify::Services`] sync checks the service table (default
-    /// [`ServiceCheck::Auto`]).
+    /// How a [`Verify::Services`] or [`Verify::Rolling`] sync checks the
+    /// service table (default [`ServiceCheck::Auto`]).
     pub service_check: ServiceCheck,
     /// The most operations a sync holds and sends as one part of its plan
     /// (default 131,072, about 14 MiB of them): a cold sync's plan has
@@ -169,8 +275,8 @@ impl SyncOptions {
         self
     }
 
-    /// Sets how a [`Verify::Services`] sync checks the service table
-    /// (default [`ServiceCheck::Auto`]).
+    /// Sets how a [`Verify::Services`] or [`Verify::Rolling`] sync checks
+    /// the service table (default [`ServiceCheck::Auto`]).
     pub fn with_service_check(mut self, service_check: ServiceCheck) -> Self {
         self.service_check = service_check;
         self
@@ -226,6 +332,21 @@ pub struct SyncReport {
     /// How the kernel was read (a syncer without memory reads fully whatever
     /// was asked).
     pub verified: Option<Verify>,
+    /// Managed services this sync verified in full: read whole (the
+    /// service and every real server) before planning, whatever the reason
+    /// ([`Verify::Full`], a [`Verify::Rolling`] slice, a service changed
+    /// behind the syncer's back, a stale service, a drain, a kept weight to
+    /// update), or created by it (its add acknowledged: the service is then
+    /// what the sync wrote). A service read again to heal after the writes
+    /// is not counted again.
+    pub verified_in_full: usize,
+    /// After a [`Verify::Rolling`] sync (`None` after any other): the most
+    /// rolling syncs any managed service has now gone without a full
+    /// verification. 0 when every managed service was verified in full in
+    /// this sync; at most `syncs - 1` after a rolling sync that returned
+    /// `Ok`. Services this syncer remembers from before its first rolling
+    /// sync count from then on.
+    pub max_unverified_syncs: Option<u64>,
     /// What the plan asked for (first pass).
     pub planned: PlanCounts,
     /// Virtual servers: `added`, `updated`, `deleted` count acknowledged
@@ -324,8 +445,10 @@ impl SyncReport {
 /// A syncer remembers what it applied and saw acknowledged, so a resync can
 /// trust its memory ([`Verify::Services`], [`Verify::None`]) instead of
 /// reading every real server back; [`Verify::Full`] reads everything and
-/// repairs any drift. A new syncer (a new process) has no memory and reads
-/// the kernel on its first sync whatever is asked.
+/// repairs any drift, and [`Verify::Rolling`] reads a slice in full on each
+/// sync, so that drift anywhere is repaired within a given number of syncs.
+/// A new syncer (a new process) has no memory and reads the kernel on its
+/// first sync whatever is asked.
 ///
 /// Writes go out pipelined on the syncer's own socket: many requests per
 /// datagram, every ACK matched to its request, batches sized to the socket
@@ -606,10 +729,7 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// [`SyncConflict`]) are left out of the plan.
     pub fn plan(&mut self, desired: &DesiredState, verify: Verify) -> Result<Plan> {
         let (core, mut kernel) = self.parts();
-        core.now = (core.clock)();
-        let mut report = SyncReport::default();
-        core.observe(&mut kernel, desired, verify, &mut report)?;
-        Ok(core.plan_without(desired, &report.conflicts, Order::Documented))
+        core.plan(&mut kernel, desired, verify)
     }
 
     /// Makes the managed services equal to `desired`.
@@ -648,7 +768,11 @@ impl<H: Borrow<Handle>> Syncer<H> {
     /// differ, and [`Verify::Full`] reads them all back. A syncer with no
     /// memory yet reads the changed services fully whatever is asked. Drift
     /// elsewhere is found by the periodic full [`Syncer::sync`], which after
-    /// any mix of changes plans nothing when nothing drifted.
+    /// any mix of changes plans nothing when nothing drifted, or by
+    /// [`Verify::Rolling`]: the changed services are checked as with
+    /// [`Verify::Services`], and a slice of every managed service is looked
+    /// up, read in full and synced with them, so that drift anywhere is
+    /// repaired within the rolling syncs the slice asks for.
     ///
     /// ```no_run
     /// use ipvsctl::Handle;
@@ -722,6 +846,9 @@ pub(crate) struct Core {
     now: Instant,
     /// Conntrack selections of acknowledged deletes not cleaned up yet.
     flows: flows::Pending,
+    /// When each managed service was last verified in full, and the slice
+    /// of a rolling sync under way.
+    rolling: Rolling,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -745,6 +872,7 @@ impl Core {
             clock: Arc::new(Instant::now),
             now: Instant::now(),
             flows: flows::Pending::default(),
+            rolling: Rolling::default(),
         }
     }
 
@@ -760,6 +888,43 @@ impl Core {
         self.memory = Observed::new();
         self.known = false;
         self.stale.clear();
+        self.rolling.forget();
+    }
+
+    /// Starts the verification of a sync: the slice of a rolling one
+    /// (`advance`: a sync, not a plan shown without writing).
+    fn start_verify(&mut self, verify: Verify, advance: bool) {
+        self.rolling
+            .start(verify.rolling_syncs(), self.memory.keys(), advance);
+    }
+
+    /// Ends the verification of a sync (see [`Rolling::finish`]).
+    fn finish_verify(&mut self, verify: Verify, report: &mut SyncReport) {
+        let memory = &self.memory;
+        report.max_unverified_syncs = self.rolling.finish(
+            verify.rolling_syncs().is_some(),
+            memory.keys(),
+            |k| memory.contains(k),
+            memory.len(),
+        );
+    }
+
+    /// See [`Syncer::plan`].
+    pub(crate) fn plan(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        verify: Verify,
+    ) -> Result<Plan> {
+        self.now = (self.clock)();
+        let mut report = SyncReport::default();
+        // A rolling plan reads the slice the next sync would read, and is
+        // not a sync: the count of rolling syncs stays.
+        self.start_verify(verify, false);
+        let observed = self.observe(kernel, desired, verify, &mut report);
+        self.rolling.end_plan();
+        observed?;
+        Ok(self.plan_without(desired, &report.conflicts, Order::Documented))
     }
 
     /// See [`Syncer::sync`].
@@ -771,15 +936,17 @@ impl Core {
     ) -> Result<SyncReport> {
         self.now = (self.clock)();
         let mut report = SyncReport::default();
+        self.start_verify(verify, true);
         self.observe(kernel, desired, verify, &mut report)?;
         self.own_managed(
             desired,
             desired.services().iter().map(|ds| ds.service().key),
         );
         let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
-        let report = self.execute(kernel, desired, plan, report)?;
+        let mut report = self.execute(kernel, desired, plan, report)?;
         let keys: Vec<ServiceKey> = self.drains.keys().copied().collect();
         self.settle_drains(desired, &keys);
+        self.finish_verify(verify, &mut report);
         Ok(report)
     }
 
@@ -801,12 +968,27 @@ impl Core {
             .filter(|k| self.drains.has_expired(k, self.now, max) && !keys.contains(k))
             .copied()
             .collect();
-        let keys: Vec<ServiceKey> = if expired.is_empty() {
+        let mut keys: Vec<ServiceKey> = if expired.is_empty() {
             keys.to_vec()
         } else {
             expired.sort_unstable();
             keys.iter().copied().chain(expired).collect()
         };
+        // The rolling slice, taken from every managed service, is synced
+        // with the changed services.
+        self.start_verify(verify, true);
+        if !self.rolling.slice().is_empty() {
+            let listed: HashSet<ServiceKey> = keys.iter().copied().collect();
+            let mut slice: Vec<ServiceKey> = self
+                .rolling
+                .slice()
+                .iter()
+                .filter(|k| !listed.contains(k))
+                .copied()
+                .collect();
+            slice.sort_unstable();
+            keys.extend(slice);
+        }
         let mut report = SyncReport::default();
         self.observe_keys(kernel, desired, &keys, verify, &mut report)?;
         self.own_managed(desired, keys.iter().copied());
@@ -821,8 +1003,9 @@ impl Core {
             Order::ClaimsApart,
             DrainsAt::new(&self.drains, self.now),
         );
-        let report = self.execute(kernel, desired, plan, report)?;
+        let mut report = self.execute(kernel, desired, plan, report)?;
         self.settle_drains(desired, &keys);
+        self.finish_verify(verify, &mut report);
         Ok(report)
     }
 
@@ -970,6 +1153,8 @@ impl Core {
     ) -> Result<()> {
         let verify = if self.known { verify } else { Verify::Full };
         report.verified = Some(verify);
+        // A rolling sync checks as `Services` does; `trusts` reads its slice.
+        let verify = verify.check();
         let (look, mut to_read): (Vec<ServiceKey>, Vec<Read>) = if verify == Verify::None {
             let look = keys
                 .iter()
@@ -1007,27 +1192,32 @@ impl Core {
         for key in &look {
             self.stale.remove(key);
         }
-        self.read_into_memory(kernel, to_read, report)
+        report.verified_in_full += self.read_into_memory(kernel, to_read, report)?;
+        Ok(())
     }
 
     /// Reads the real servers of each service of `reads` and puts it in
     /// memory: with the service given, or the remembered one (`None`). A
     /// service is replaced in memory only by a complete read of it; one
     /// whose read failed is left as it was and marked stale, so the next
-    /// sync reads it (`Err`: the first failure).
+    /// sync reads it (`Err`: the first failure). Returns how many services
+    /// were read whole, service given and real servers read: verified in
+    /// full (and recorded so for rolling verification).
     fn read_into_memory(
         &mut self,
         kernel: &mut impl Kernel,
         reads: Vec<Read>,
         report: &mut SyncReport,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         if reads.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let (keys, mut services): (Vec<ServiceKey>, Vec<Option<VirtualServer>>) =
             reads.into_iter().unzip();
         let memory = &mut self.memory;
         let stale = &mut self.stale;
+        let rolling = &mut self.rolling;
+        let mut whole = 0;
         let mut failed = None;
         let read = kernel.destinations(&keys, self.options.read_sockets.max(1), |index, r| {
             let Some(key) = keys.get(index) else {
@@ -1041,8 +1231,16 @@ impl Core {
                     (Some(vs), Some(m)) => {
                         m.service = vs;
                         m.set_destinations(d);
+                        whole += 1;
+                        rolling.verified(*key);
                     }
-                    (Some(vs), None) => memory.insert(ObservedService::new(vs, d)),
+                    (Some(vs), None) => {
+                        memory.insert(ObservedService::new(vs, d));
+                        whole += 1;
+                        rolling.verified(*key);
+                    }
+                    // The remembered service stands: its real servers
+                    // alone were read (for their counts or weights).
                     (None, Some(m)) => m.set_destinations(d),
                     (None, None) => {}
                 },
@@ -1058,7 +1256,7 @@ impl Core {
             self.stale.extend(keys.iter().copied());
             return Err(e);
         }
-        failed.map_or(Ok(()), Err)
+        failed.map_or(Ok(whole), Err)
     }
 
     /// Saves the ledger's changes to the store, if there is one.
@@ -1251,6 +1449,8 @@ impl Core {
         let ended_at_deadline = &mut report.drains_ended_at_deadline;
         let ended_idle = &mut report.drains_ended_idle;
         let flows = &mut self.flows;
+        let rolling = &mut self.rolling;
+        let verified_in_full = &mut report.verified_in_full;
         let cleanup = self.options.conntrack_cleanup;
         let mut answered = 0;
         let mut failed = Vec::new();
@@ -1276,7 +1476,16 @@ impl Core {
                             flows.push(filter);
                         }
                         match op {
-                            Write::AddService(_) => services.added += 1,
+                            Write::AddService(vs) => {
+                                services.added += 1;
+                                // Made by this sync: what it wrote is all
+                                // it has. Counted in the report once, by
+                                // the first pass.
+                                rolling.verified(vs.key);
+                                if pass == Pass::First {
+                                    *verified_in_full += 1;
+                                }
+                            }
                             Write::UpdateService(_) => services.updated += 1,
                             Write::DeleteService(_) => services.deleted += 1,
                             Write::AddDestination(..) => dests.added += 1,
@@ -1392,7 +1601,8 @@ impl Core {
             self.stale.remove(key);
         }
         let mut reads = Vec::new();
-        // Read whole again, whatever memory says.
+        // Read whole again, whatever memory says (recorded as verified,
+        // not counted again in the report: read after the plan).
         self.settle_found(&keys, found, desired, Verify::Full, report, &mut reads);
         if let Err(e) = self.read_into_memory(kernel, reads, report) {
             report.after_writes.push(e);
@@ -1449,8 +1659,8 @@ impl Core {
 
     /// Whether the remembered real servers of `key` (`m`, its entry in
     /// memory) can stand for the kernel's, given the service the kernel
-    /// reported (`vs`): not under `Verify::Full`, not stale, the service
-    /// unchanged, and no counts needed.
+    /// reported (`vs`): not under `Verify::Full`, not in a rolling slice,
+    /// not stale, the service unchanged, and no counts needed.
     fn trusts(
         &self,
         key: &ServiceKey,
@@ -1460,6 +1670,7 @@ impl Core {
         verify: Verify,
     ) -> bool {
         verify != Verify::Full
+            && !self.rolling.in_slice(key)
             && !self.stale.contains(key)
             && m.service == *vs
             && !self.needs_read(desired, m)
@@ -1512,16 +1723,18 @@ impl Core {
                 .filter(|s| self.needs_read(desired, s))
                 .map(|s| (s.service.key, None))
                 .collect();
-            return self.read_into_memory(kernel, reads, report);
+            return self.read_into_memory(kernel, reads, report).map(drop);
         }
-        if verify == Verify::Services && self.looks_up() {
+        if verify.check() == Verify::Services && self.looks_up() {
             // Every managed service is remembered (or stale): look each up.
             let mut keys: Vec<ServiceKey> = self.memory.keys().copied().collect();
             keys.extend(self.stale.iter().filter(|k| !self.memory.contains(k)));
             // Every stale service is among them: what stays stale after
             // this failed to be read.
-            return self.observe_keys(kernel, desired, &keys, Verify::Services, report);
+            return self.observe_keys(kernel, desired, &keys, verify, report);
         }
+        // A rolling sync checks as `Services` does; `trusts` reads its slice.
+        let verify = verify.check();
         // Listed once each (the dump's repeats are dropped).
         let listed_services = kernel.services()?;
         report.reads_sent += 1;
@@ -1566,7 +1779,7 @@ impl Core {
         }
         // Services whose read fails here are marked stale again.
         self.stale.clear();
-        self.read_into_memory(kernel, reads, report)?;
+        report.verified_in_full += self.read_into_memory(kernel, reads, report)?;
         self.known = true;
         Ok(())
     }
