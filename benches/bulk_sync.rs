@@ -65,6 +65,16 @@
 //!   floor for a complete netlink read). Then `Verify::Full`, `raw_dumps`
 //!   and `/proc/net/ip_vs` again in turns (as many as the pairs), for the
 //!   median per-turn ratios.
+//! * `rolling/*` — rolling verification next to the fixed ones, on the
+//!   table already synced: `verify_full`, `verify_services` and
+//!   `rolling_10`, `rolling_50` (one `Verify::rolling(k)` sync each, of a
+//!   syncer of its own that keeps its rolling state from turn to turn, so
+//!   the slices advance as in production; each sync checked to read
+//!   `ceil(N/k)` services in full and write nothing), in turns, each turn
+//!   starting with the next case (`IPVSCTL_BENCH_ROLLING_TURNS`, default
+//!   as many as the pairs, 4 in test mode). Each turn is printed; the
+//!   summary gives each case's median (min-max) and the median (min-max)
+//!   of the per-turn ratio rolling / (full / k + services) (goal <= 1.2).
 //! * `adversarial/cold_sync_pipelined` (N = 1,000 only): services
 //!   `10.x.y.1:80`, whose addresses differ only in high bytes and fall into
 //!   one bucket of the kernel's service hash table.
@@ -74,16 +84,19 @@
 //! opens a handle, syncs cold and then resyncs with full verification.
 //!
 //! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
-//! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,memory` (the parts to run;
-//! default all), `IPVSCTL_BENCH_LARGE_RUNS=3`,
+//! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,rolling,memory` (the parts
+//! to run; default all; `rolling` alone times nothing else, the table is
+//! set up untimed), `IPVSCTL_BENCH_LARGE_RUNS=3`,
 //! `IPVSCTL_BENCH_SIZES=1000,10000`, `IPVSCTL_BENCH_IPVSADM_RUNS=1`,
 //! `IPVSCTL_BENCH_PAIRS`, `IPVSCTL_BENCH_INCR_PAIRS`,
+//! `IPVSCTL_BENCH_ROLLING_TURNS`,
 //! `IPVSCTL_BENCH_LEDGER=memory|file|none` (the syncers' ledger store,
 //! default `memory`).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -1116,6 +1129,103 @@ fn bench_size(c: &mut Criterion, n: usize) {
             }
         }
     }
+
+    if part("rolling") {
+        // Rolling verification next to the two fixed ones, in turns, each
+        // turn starting with the next case: `Verify::Full`, `Verify::Services`
+        // and one rolling sync for each `syncs` of a syncer of its own, so
+        // that its slices advance from turn to turn as in production (a
+        // `Verify::Full` sync of the same syncer would mark every service
+        // verified and reset the ages). Every syncer owns the table (adopted)
+        // and has read it whole once, untimed.
+        let opts = SyncOptions::default();
+        *syncer.options_mut() = opts.clone();
+        let ks = [10u32, 50];
+        let mut rolling: Vec<(u32, Syncer<&Handle>)> = ks
+            .iter()
+            .map(|&k| {
+                let mut s = with_ledger(Syncer::with_options(&h, opts.clone()));
+                s.adopt(base.services().iter().map(|d| d.service().key));
+                let r = s.sync(&base, Verify::Full).expect("rolling setup");
+                assert!(r.is_ok() && r.writes_sent == 0, "rolling setup wrote");
+                (k, s)
+            })
+            .collect();
+        let turns: usize = env_num(
+            "IPVSCTL_BENCH_ROLLING_TURNS",
+            if test_mode() { 4 } else { pairs },
+        );
+        let cases = 2 + ks.len();
+        let mut times = vec![Vec::with_capacity(turns); cases];
+        let mut ratios = vec![Vec::with_capacity(turns); ks.len()];
+        for turn in 0..turns {
+            let mut t_turn = vec![Duration::ZERO; cases];
+            for i in 0..cases {
+                let c = (turn + i) % cases;
+                let t = Instant::now();
+                let r = match c {
+                    0 => syncer.sync(&base, Verify::Full),
+                    1 => syncer.sync(&base, Verify::Services),
+                    _ => {
+                        let (k, s) = &mut rolling[c - 2];
+                        s.sync(&base, Verify::rolling(NonZeroU32::new(*k).expect("k > 0")))
+                    }
+                }
+                .expect("resync");
+                t_turn[c] = t.elapsed();
+                assert!(r.is_ok() && r.writes_sent == 0, "no-op resync wrote");
+                if c >= 2 {
+                    let k = ks[c - 2];
+                    let share = n.div_ceil(k as usize);
+                    assert_eq!(
+                        r.verified_in_full, share,
+                        "rolling k = {k}: services verified in full"
+                    );
+                    assert!(r.max_unverified_syncs.is_some_and(|m| m < u64::from(k)));
+                }
+            }
+            let (full, services) = (t_turn[0].as_secs_f64(), t_turn[1].as_secs_f64());
+            let mut line = format!(
+                "{n}x{DESTS}: rolling turn {}/{turns}: full {:.1?}, services {:.1?}",
+                turn + 1,
+                t_turn[0],
+                t_turn[1]
+            );
+            for (j, &k) in ks.iter().enumerate() {
+                let ratio = t_turn[2 + j].as_secs_f64() / (full / f64::from(k) + services);
+                ratios[j].push(ratio);
+                line.push_str(&format!(
+                    ", rolling {k} {:.1?} (ratio {ratio:.2})",
+                    t_turn[2 + j]
+                ));
+            }
+            eprintln!("bulk_sync: {line}");
+            for (c, d) in t_turn.into_iter().enumerate() {
+                times[c].push(d);
+            }
+        }
+        let mut names = vec!["verify_full".to_owned(), "verify_services".to_owned()];
+        names.extend(ks.iter().map(|k| format!("rolling_{k}")));
+        for (name, mut v) in names.iter().zip(times) {
+            for d in &v {
+                record(&tag(&format!("rolling/{name}")), *d);
+            }
+            v.sort();
+            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+                note(format!(
+                    "{n}x{DESTS}: rolling/{name}, in {turns} turns: median {mid:.1?} (min {lo:.1?}, max {hi:.1?})"
+                ));
+            }
+        }
+        for (k, mut v) in ks.iter().zip(ratios) {
+            v.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+                note(format!(
+                    "{n}x{DESTS}: Verify::rolling({k}) / (Verify::Full / {k} + Verify::Services), in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.2)"
+                ));
+            }
+        }
+    }
     g.finish();
     drop(syncer);
     drop(h);
@@ -1138,11 +1248,17 @@ fn back_to_weight_1(
 }
 
 /// Whether a part of the bench runs: `IPVSCTL_BENCH_PARTS`, a comma list
-/// of `cold`, `resync`, `incr`, `read`, `memory` (default: all).
+/// of `cold`, `resync`, `incr`, `read`, `rolling`, `memory` (default: all).
 fn part(name: &str) -> bool {
     std::env::var("IPVSCTL_BENCH_PARTS")
         .map(|v| v.split(',').any(|p| p.trim() == name))
         .unwrap_or(true)
+}
+
+/// Whether this is criterion's test mode (`cargo test --all-targets` runs
+/// the binary without `--bench`): each case once, small sizes.
+fn test_mode() -> bool {
+    !std::env::args().any(|a| a == "--bench")
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -1404,8 +1520,7 @@ fn main() {
     // `cargo test --all-targets` runs this binary without `--bench`
     // (criterion's test mode: each case once, to see that it works): use the
     // small sizes there too, so the test suite stays quick.
-    let test_mode = !std::env::args().any(|a| a == "--bench");
-    let quick = test_mode || std::env::var("IPVSCTL_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let quick = test_mode() || std::env::var("IPVSCTL_BENCH_QUICK").is_ok_and(|v| v == "1");
     let sizes: Vec<usize> = match std::env::var("IPVSCTL_BENCH_SIZES") {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) if quick => vec![100],
