@@ -65,7 +65,7 @@
 //! --benches` (CI's test mode, an unoptimized build) runs the same at
 //! N = 20 in a few seconds of guest time. The figures in
 //! docs/performance.md come from `IPVSCTL_BENCH_SERVICES=1000,10000 cargo
-//! bench --all-features --bench kernel_exporter`, with the guest's kernel
+//! bench --all-features --bench kernel_scrape`, with the guest's kernel
 //! chosen by `IPVSCTL_VM_KERNEL` (default 6.1).
 
 #[allow(dead_code)]
@@ -761,7 +761,7 @@ fn bench(n: usize, pairs: usize) -> String {
 fn main() {
     // The cargo runner counts a binary's cases with `--list`.
     if std::env::args().any(|a| a == "--list") {
-        println!("kernel_exporter: bench");
+        println!("kernel_scrape: bench");
         return;
     }
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`,
@@ -797,7 +797,7 @@ fn main() {
         println!("{s}");
     }
     println!(
-        "kernel_exporter: {:.1} s in all",
+        "kernel_scrape: {:.1} s in all",
         start.elapsed().as_secs_f64()
     );
 }
