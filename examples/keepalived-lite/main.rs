@@ -239,6 +239,8 @@ struct Daemon {
     /// The timeouts found at start, put back at exit (`lvs_timeouts`).
     old_timeouts: Option<Timeouts>,
     term: Arc<AtomicBool>,
+    /// When to try again after a failed sync, and the wait that led there.
+    retry: Option<(Instant, Duration)>,
 }
 
 impl Daemon {
@@ -278,6 +280,7 @@ impl Daemon {
             desired: DesiredState::new(),
             old_timeouts,
             term,
+            retry: None,
         };
         for (service, dests) in d.lvs.table() {
             d.desired
@@ -352,6 +355,8 @@ impl Daemon {
             if !dirty.is_empty() {
                 self.update(&dirty);
                 self.sync("checks", Verify::None, true);
+            } else if self.retry.is_some_and(|(at, _)| Instant::now() >= at) {
+                self.sync("retry", Verify::Services, false);
             } else if o.verify.is_some_and(|p| last_verify.elapsed() >= p) {
                 last_verify = Instant::now();
                 self.sync("verify", Verify::Full, false);
@@ -381,16 +386,31 @@ impl Daemon {
         }
     }
 
+    /// Syncs; a sync that failed (not one that only found another
+    /// program's service in the way) is tried again as a whole, after 1 s,
+    /// then after twice as long each time up to 30 s.
     fn sync(&mut self, why: &str, verify: Verify, changes: bool) {
         let result = if changes {
             self.syncer.sync_changes(&mut self.desired, verify)
         } else {
             self.syncer.sync(&self.desired, verify)
         };
-        match result {
-            Ok(r) => log_report(self.log, why, &r),
-            Err(e) => self.log.line(&format!("IPVS sync ({why}) failed: {e}")),
-        }
+        let failed = match result {
+            Ok(r) => {
+                log_report(self.log, why, &r);
+                !r.failed.is_empty() || r.aborted.is_some() || !r.after_writes.is_empty()
+            }
+            Err(e) => {
+                self.log.line(&format!("IPVS sync ({why}) failed: {e}"));
+                true
+            }
+        };
+        self.retry = failed.then(|| {
+            let wait = self.retry.map_or(Duration::from_secs(1), |(_, w)| {
+                (w * 2).min(Duration::from_secs(30))
+            });
+            (Instant::now() + wait, wait)
+        });
     }
 
     /// Takes out what this program made, as keepalived does at exit
