@@ -209,8 +209,13 @@ const OTHER_BODY: &str = "changed body\n";
 /// UDP_CHECK (ipv6); connect_ip, bindto (tcp_check), connect_port
 /// (tcp_check, fwmark, ipv6, http_get), connect_timeout, retry,
 /// delay_before_retry (most), nb_get_retry (http_get), warmup on a virtual
-/// server and in a checker (fwmark). tcp_check also has a vrrp_instance
-/// and the mail keys of global_defs.
+/// server and in a checker (fwmark). Also: lvs_flush_onstop (quorum),
+/// ip_family (fwmark), the scheduler flags flag-1 and sh-port (group),
+/// http_protocol (http_get), MISC_CHECK user (misc_check), UDP_CHECK
+/// payload, require_reply, min_reply_length and max_reply_length (ipv6).
+/// `include` and bind_port are checked on the host only
+/// (tests/keepalived_lite_config.rs, tests/keepalived_lite_checks.rs).
+/// tcp_check also has a vrrp_instance and the mail keys of global_defs.
 const CASES: &[Case] = &[
     Case {
         file: "tcp_check.conf",
@@ -418,7 +423,11 @@ const CASES: &[Case] = &[
         // times out (check_misc.c zeroes the checker's offset but not the
         // real server's weight), so after a timeout at a dynamic weight
         // the next exit status gives a stale weight. The timeout here comes
-        // at exit status 0 (no offset), where every reading agrees.
+        // at exit status 0 (no offset), where every reading agrees; and
+        // misc_timeout is 5 s, so that a script slowed by a loaded guest
+        // does not time out at a dynamic weight in the other phases (at 2 s
+        // one run on a loaded host ended a phase with one side at weight 5
+        // for exit status 2, the weight this leftover offset gives).
         phases: &[
             Phase {
                 name: "start",
@@ -581,15 +590,15 @@ const CASES: &[Case] = &[
                 name: "start",
                 acts: &[],
                 expect: "
-                    -A -t 10.10.0.5:80 -s rr -p 50
+                    -A -t 10.10.0.5:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.0.5:80 -r 10.20.0.1:8080 -m -w 1
-                    -A -t 10.10.1.1:80 -s rr -p 50
+                    -A -t 10.10.1.1:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.1:80 -r 10.20.0.1:8080 -m -w 1
-                    -A -t 10.10.1.2:80 -s rr -p 50
+                    -A -t 10.10.1.2:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.2:80 -r 10.20.0.1:8080 -m -w 1
-                    -A -t 10.10.1.3:80 -s rr -p 50
+                    -A -t 10.10.1.3:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.3:80 -r 10.20.0.1:8080 -m -w 1
-                    -A -f 9 -s rr -p 50
+                    -A -f 9 -s sh -p 50 -b sh-fallback,sh-port
                     -a -f 9 -r 10.20.0.1:8080 -m -w 1
                 ",
             },
@@ -597,15 +606,15 @@ const CASES: &[Case] = &[
                 name: "one down, one up",
                 acts: &[Act::Down("10.20.0.1:8080"), Act::Up("10.20.0.2:8080")],
                 expect: "
-                    -A -t 10.10.0.5:80 -s rr -p 50
+                    -A -t 10.10.0.5:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.0.5:80 -r 10.20.0.2:8080 -m -w 2
-                    -A -t 10.10.1.1:80 -s rr -p 50
+                    -A -t 10.10.1.1:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.1:80 -r 10.20.0.2:8080 -m -w 2
-                    -A -t 10.10.1.2:80 -s rr -p 50
+                    -A -t 10.10.1.2:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.2:80 -r 10.20.0.2:8080 -m -w 2
-                    -A -t 10.10.1.3:80 -s rr -p 50
+                    -A -t 10.10.1.3:80 -s sh -p 50 -b sh-fallback,sh-port
                     -a -t 10.10.1.3:80 -r 10.20.0.2:8080 -m -w 2
-                    -A -f 9 -s rr -p 50
+                    -A -f 9 -s sh -p 50 -b sh-fallback,sh-port
                     -a -f 9 -r 10.20.0.2:8080 -m -w 2
                 ",
             },
