@@ -363,9 +363,7 @@ impl Vs {
                 "Gained quorum {}+{}={} <= {} for VS {}",
                 self.quorum, self.hysteresis, threshold, sum, self.name
             ));
-            if self.sorry_alive() {
-                let name = self.name.clone();
-                let sorry = self.sorry.as_mut().expect("sorry server alive");
+            if let Some(sorry) = self.sorry.as_mut().filter(|s| s.alive) {
                 log.push(format!(
                     "{} sorry server {} from VS {}",
                     if sorry.inhibit {
@@ -374,11 +372,11 @@ impl Vs {
                         "Removing"
                     },
                     trio(sorry.addr, self.proto),
-                    name
+                    self.name
                 ));
                 sorry.del();
                 sorry.alive = false;
-                self.pool(true, log);
+                pool(&mut self.servers, &self.name, true, log);
             }
         } else if (self.quorum_up && (sum == 0 || sum < threshold))
             || (init && !self.quorum_up && self.sorry.as_ref().is_some_and(|s| !s.alive))
@@ -397,35 +395,17 @@ impl Vs {
                 sum,
                 self.name
             ));
-            if self.sorry.as_ref().is_some_and(|s| !s.alive) {
-                let sorry = self.sorry.as_ref().expect("sorry server");
+            if let Some(sorry) = self.sorry.as_mut().filter(|s| !s.alive) {
                 log.push(format!(
                     "{} sorry server {} to VS {}",
                     if sorry.inhibit { "Enabling" } else { "Adding" },
                     trio(sorry.addr, self.proto),
                     self.name
                 ));
-                self.pool(false, log);
-                let sorry = self.sorry.as_mut().expect("sorry server");
+                pool(&mut self.servers, &self.name, false, log);
                 sorry.add();
                 sorry.alive = true;
             }
-        }
-    }
-
-    /// `perform_quorum_state`: the alive servers into or out of the pool.
-    fn pool(&mut self, add: bool, log: &mut Vec<String>) {
-        log.push(format!(
-            "{} the pool for VS {}",
-            if add {
-                "Adding alive servers to"
-            } else {
-                "Removing alive servers from"
-            },
-            self.name
-        ));
-        for s in self.servers.iter_mut().filter(|s| s.alive) {
-            if add { s.add() } else { s.del() }
         }
     }
 
@@ -508,5 +488,21 @@ impl Vs {
             }
             self.update_quorum(false, log);
         }
+    }
+}
+
+/// `perform_quorum_state`: the alive servers into or out of the pool of
+/// the virtual server `name`.
+fn pool(servers: &mut [Server], name: &str, add: bool, log: &mut Vec<String>) {
+    log.push(format!(
+        "{} the pool for VS {name}",
+        if add {
+            "Adding alive servers to"
+        } else {
+            "Removing alive servers from"
+        },
+    ));
+    for s in servers.iter_mut().filter(|s| s.alive) {
+        if add { s.add() } else { s.del() }
     }
 }
