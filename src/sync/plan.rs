@@ -113,7 +113,9 @@ pub struct PlanOptions {
     pub graceful_termination: bool,
     /// The longest a real server drains (graceful termination): once this
     /// long has passed since its drain started, the next sync deletes it
-    /// whatever its connections. `None` (the default): it drains until it
+    /// whatever its connections, and whatever weight someone else may have
+    /// given it meanwhile (a drain is not restarted by a health checker).
+    /// `None` (the default): it drains until it
     /// is idle, however long that takes. A drain time given for one real
     /// server ([`Syncer::set_drain_time`](super::Syncer::set_drain_time))
     /// takes its place for that one.
@@ -583,13 +585,15 @@ fn remove_dest(
     }
     let addr = h.server.addr;
     let idle = h.conns.is_some_and(|c| c.active == 0 && c.inactive == 0);
-    let end = if h.server.weight != 0 {
-        // Not draining yet: deleted at once when idle.
-        idle.then_some(None)
+    let end = if idle && h.server.weight != 0 {
+        // Not draining yet: deleted at once.
+        Some(None)
     } else if idle {
         Some(Some(DrainEnd::Idle))
     } else if drains.expired(&key, &addr, options.max_drain) {
-        // Whether its connections are known or not.
+        // Whether its connections are known or not, and whatever its
+        // weight: a health checker or an operator giving a draining real
+        // server a weight back does not restart its drain.
         Some(Some(DrainEnd::Deadline))
     } else {
         None
@@ -839,12 +843,23 @@ mod tests {
         // A drain the record does not know has not started: no deadline.
         let p = plan_one(&[], &have, opts, DrainsAt::NONE);
         assert!(p.is_empty());
-        // Busy at weight 1: set to 0 (the drain starts), whatever the time.
-        let p = plan_one(&[], &[seen(rs(1), busy)], opts, at(100));
+        // Busy at weight 1 with no drain under way: set to 0 (the drain
+        // starts), whatever the time.
+        let p = plan_one(&[], &[seen(rs(3), busy)], opts, at(100));
+        assert_eq!(
+            p.writes,
+            [Write::UpdateDestination(key(1), rs(3).with_weight(0))]
+        );
+        // A draining real server someone gave a weight back: set to 0 again
+        // before its deadline, deleted once it has passed.
+        let p = plan_one(&[], &[seen(rs(1), busy)], opts, at(1));
         assert_eq!(
             p.writes,
             [Write::UpdateDestination(key(1), rs(1).with_weight(0))]
         );
+        let p = plan_one(&[], &[seen(rs(1), busy)], opts, at(10));
+        assert_eq!(p.writes, [Write::DeleteDestination(key(1), rs(1).addr)]);
+        assert_eq!(p.drain_ends[&(key(1), rs(1).addr)], DrainEnd::Deadline);
         // Without graceful termination, no drain.
         let p = plan_one(
             &[],
