@@ -54,9 +54,14 @@
 //!   `read/raw_get_services_quiet` — the floors of the two service checks:
 //!   the same requests pre-encoded, answers counted, nothing decoded; the
 //!   lookups with an ACK each, and with an ACK for the last of each
-//!   datagram only (as the library sends them). Then `turns/*`: both forced
-//!   checks and their quiet floors again in turns (as many as the pairs),
-//!   for the median per-turn ratios.
+//!   datagram only (as the library sends them).
+//! * `turns/*` (parts `resync` and `check`) — both forced service checks
+//!   and their quiet floors in turns (`IPVSCTL_BENCH_CHECK_TURNS`, default
+//!   as many as the pairs), each turn starting with the other check, for
+//!   the median per-turn ratios: each check against its floor, and lookups
+//!   against the dump (where that ratio falls below 1 is where
+//!   [`ServiceCheck::Auto`] should switch to lookups).
+//!   `IPVSCTL_BENCH_PARTS=check` runs these turns alone.
 //! * `read/*` — full reads of the state: `proc_net_ip_vs` (one read of
 //!   `/proc/net/ip_vs`), `dumps` (one service dump and one real-server dump
 //!   per service through the handle's plain calls), `dumps_each` (the same
@@ -863,11 +868,27 @@ fn bench_size(c: &mut Criterion, n: usize) {
         g.bench_function("read/raw_get_services_quiet", |b| {
             b.iter_custom(|it| timed(&case, it, || assert_eq!(raw_lookups.send(), want)))
         });
-        // Both checks and their floors again in turns (a dying namespace of
-        // the cold part can still be slowing the kernel while the cases
-        // above run one after the other), for the median per-turn ratios.
+    }
+    if part("resync") || part("check") {
+        // Both checks and their floors in turns (a dying namespace of the
+        // cold part can still be slowing the kernel while the cases above
+        // run one after the other), for the median per-turn ratios, and the
+        // two checks against each other: where lookups become cheaper than
+        // the dump is where `ServiceCheck::Auto` should switch.
+        let turns: usize = env_num("IPVSCTL_BENCH_CHECK_TURNS", pairs);
+        let mut raw_lookups = RawPipeline::new(
+            &ns,
+            base.services()
+                .iter()
+                .map(|s| request::get_service(&s.service().key).expect("valid")),
+            1,
+            Acks::Last,
+        );
+        let want = n + raw_lookups.chunks.len();
         let mut dump_raw = Vec::new();
         let mut lookups_raw = Vec::new();
+        let mut lookups_dump = Vec::new();
+        let mut floors = Vec::new();
         let timed_sync = |syncer: &mut Syncer<&Handle>, check| {
             syncer.options_mut().service_check = check;
             let t = Instant::now();
@@ -876,12 +897,24 @@ fn bench_size(c: &mut Criterion, n: usize) {
             assert_eq!(r.writes_sent, 0);
             e
         };
-        for _ in 0..pairs {
-            let dump = timed_sync(&mut syncer, ServiceCheck::Dump);
+        for turn in 0..turns {
+            // Each turn starts with the other check than the one before.
+            let (mut dump, mut looked) = (Duration::ZERO, Duration::ZERO);
+            for check in if turn % 2 == 0 {
+                [ServiceCheck::Dump, ServiceCheck::Lookups]
+            } else {
+                [ServiceCheck::Lookups, ServiceCheck::Dump]
+            } {
+                let e = timed_sync(&mut syncer, check);
+                if check == ServiceCheck::Dump {
+                    dump = e;
+                } else {
+                    looked = e;
+                }
+            }
             let t = Instant::now();
             assert_eq!(raw_dump(&mut raw.services, &raw.service_dump), n);
             let dump_floor = t.elapsed();
-            let looked = timed_sync(&mut syncer, ServiceCheck::Lookups);
             let t = Instant::now();
             assert_eq!(raw_lookups.send(), want);
             let lookups_floor = t.elapsed();
@@ -891,6 +924,8 @@ fn bench_size(c: &mut Criterion, n: usize) {
             record(&tag("turns/raw_get_services_quiet"), lookups_floor);
             dump_raw.push(dump.as_secs_f64() / dump_floor.as_secs_f64());
             lookups_raw.push(looked.as_secs_f64() / lookups_floor.as_secs_f64());
+            lookups_dump.push(looked.as_secs_f64() / dump.as_secs_f64());
+            floors.push(lookups_floor.as_secs_f64() / dump_floor.as_secs_f64());
         }
         syncer.options_mut().service_check = ServiceCheck::Auto;
         for (what, mut v) in [
@@ -899,11 +934,19 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 "verify_services (lookups) / raw quiet GET_SERVICEs",
                 lookups_raw,
             ),
+            (
+                "service check: lookups / dump (below 1: lookups are cheaper)",
+                lookups_dump,
+            ),
+            (
+                "service check floors: raw quiet GET_SERVICEs / raw service dump",
+                floors,
+            ),
         ] {
             v.sort_by(f64::total_cmp);
             if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
                 note(format!(
-                    "{n}x{DESTS}: {what}, in {pairs} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
+                    "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
                 ));
             }
         }
@@ -1248,7 +1291,8 @@ fn back_to_weight_1(
 }
 
 /// Whether a part of the bench runs: `IPVSCTL_BENCH_PARTS`, a comma list
-/// of `cold`, `resync`, `incr`, `read`, `rolling`, `memory` (default: all).
+/// of `cold`, `resync`, `check`, `incr`, `read`, `rolling`, `memory`
+/// (default: all).
 fn part(name: &str) -> bool {
     std::env::var("IPVSCTL_BENCH_PARTS")
         .map(|v| v.split(',').any(|p| p.trim() == name))
