@@ -20,11 +20,6 @@ use ipvsctl::model::{
 use ipvsctl::sysctl::{SysctlError, Sysctls, knobs};
 use ipvsctl::{Error, NetNs};
 
-/// The first mainline release with a connection table per namespace, made
-/// with the namespace's first service and resized with its load; `GET_INFO`
-/// reports its current size ("ipvs: show the current conn_tab size to
-/// users", with the `conn_lfactor` and `svc_lfactor` sysctls).
-const PER_NETNS_CONN_TAB: KernelVersion = KernelVersion::new(7, 1, 0);
 /// `net.ipv4.vs.run_estimation` ("ipvs: add sysctl_run_estimation to
 /// support disable estimation").
 const RUN_ESTIMATION: KernelVersion = KernelVersion::new(5, 16, 0);
@@ -166,7 +161,7 @@ fn connection_table_size_follows_the_release() {
         .expect("a number");
     let max = 1u32 << bits;
     let size = caps.info.conn_tab_size;
-    if version >= PER_NETNS_CONN_TAB {
+    if version >= KernelVersion::PER_NAMESPACE_TABLES {
         assert_eq!(size, 0, "{version}: no table before the first service");
         ns.ipvsadm("-A -t 192.0.2.30:80 -s rr");
         let size = ipvs.capabilities().unwrap().info.conn_tab_size;
@@ -211,7 +206,7 @@ fn newer_sysctls_follow_the_release() {
         ),
         (
             "conn_lfactor",
-            PER_NETNS_CONN_TAB,
+            KernelVersion::PER_NAMESPACE_TABLES,
             lfactor.map(|f| assert!((-8..=8).contains(&f), "conn_lfactor {f}")),
         ),
     ];

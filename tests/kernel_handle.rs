@@ -611,10 +611,6 @@ fn set_service_attr(msg: &mut IpvsMessage, attr: ServiceAttr) {
     }
 }
 
-/// The first mainline release with a connection table per namespace
-/// ("ipvs: show the current conn_tab size to users", net-next April 2026).
-const PER_NETNS_CONN_TAB: KernelVersion = KernelVersion::new(7, 1, 0);
-
 /// `GET_INFO`'s connection-table size, checked per kernel in the fresh
 /// namespace of `h` (no service yet). Up to 7.0 the kernel has one table for
 /// all namespaces and reports its fixed size, 2^`conn_tab_bits` (the module
@@ -635,7 +631,7 @@ fn conn_tab_size_follows_the_kernel(h: &Handle, before_any_service: u32) {
     h.add_service(&VirtualServer::new(key)).unwrap();
     let with_service = h.info().unwrap().conn_tab_size;
     h.delete_service(&key).unwrap();
-    if version >= PER_NETNS_CONN_TAB {
+    if version >= KernelVersion::PER_NAMESPACE_TABLES {
         assert_eq!(
             before_any_service, 0,
             "{release}: no table before a service"

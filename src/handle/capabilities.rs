@@ -68,6 +68,13 @@ impl KernelVersion {
     pub const SCHEDULER_MH: KernelVersion = KernelVersion::new(4, 18, 0);
     /// The `twos` scheduler (found by its module; listed for reference).
     pub const SCHEDULER_TWOS: KernelVersion = KernelVersion::new(6, 7, 0);
+    /// Each namespace's own service and connection tables, resized with
+    /// their load (the `svc_lfactor` and `conn_lfactor` sysctls): a service
+    /// lookup stays a short hash-chain walk however large the table, and
+    /// `GET_INFO` reports the namespace's current connection-table size
+    /// ("ipvs: show the current conn_tab size to users"). Before, one
+    /// service hash of 256 buckets served every namespace.
+    pub const PER_NAMESPACE_TABLES: KernelVersion = KernelVersion::new(7, 1, 0);
 
     /// `major.minor.patch`.
     pub const fn new(major: u32, minor: u32, patch: u32) -> Self {

@@ -18,6 +18,7 @@ use super::rolling::Rolling;
 use super::state::{DesiredState, Observed, ObservedService};
 use super::wire::Writer;
 use crate::batch::{BatchMode, Write};
+use crate::capabilities::KernelVersion;
 use crate::model::{RealServer, ServiceKey, VirtualServer};
 use crate::{Error, Handle, Operation, Result};
 
@@ -153,19 +154,23 @@ impl Verify {
 /// How a [`Verify::Services`] (or [`Verify::Rolling`]) sync checks the
 /// service table.
 ///
-/// A service dump costs the kernel time that grows with the square of the
-/// table (it restarts its walk of the service table for every datagram of
-/// the dump), while a lookup of one service is a hash lookup: above a few
-/// thousand services, looking up each remembered service is cheaper than
-/// one dump. Both find services changed or deleted behind the syncer's back;
-/// a same-key service someone else created is found by the dump before
+/// One service dump, or one `GET_SERVICE` per remembered service. A dump
+/// costs the kernel time that grows with the square of the table (it
+/// restarts its walk of the service table for every datagram of the dump);
+/// a lookup walks one hash chain, which stays short from Linux 7.1 on (each
+/// namespace's service table grows with it) and grows with the table before
+/// (one table of 256 buckets). Which is cheaper at a given size was measured
+/// side by side on both kinds of kernel ([`ServiceCheck::lookups_from`]).
+/// Both find services changed or deleted behind the syncer's back; a
+/// same-key service someone else created is found by the dump before
 /// anything is written, and by the kernel refusing the add otherwise (it is
 /// then a [`SyncConflict`] all the same).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ServiceCheck {
-    /// [`ServiceCheck::Lookups`] from [`ServiceCheck::LOOKUPS_FROM`]
-    /// remembered services on, [`ServiceCheck::Dump`] below.
+    /// [`ServiceCheck::Lookups`] from [`ServiceCheck::lookups_from`]
+    /// remembered services on (for the running kernel),
+    /// [`ServiceCheck::Dump`] below.
     #[default]
     Auto,
     /// One service dump.
@@ -178,14 +183,41 @@ pub enum ServiceCheck {
 
 impl ServiceCheck {
     /// From how many remembered services [`ServiceCheck::Auto`] looks them
-    /// up rather than dumping the table. The dump's cost grows with the
-    /// square of the table and a lookup's stays flat; by the kernels' own
-    /// floors (`docs/performance.md`), lookups win from about 14,000
-    /// services on Linux 7.3 and from about 45,000 on 6.1, whose dump is
-    /// cheaper. Between the two, either check costs at most about twice the
-    /// other.
-    pub const LOOKUPS_FROM: usize = 25_000;
+    /// up rather than dumping the table, on `kernel` (`None`: a release
+    /// that could not be read, taken as older than 7.1).
+    ///
+    /// Both numbers are where the two checks of one syncer, timed in turns
+    /// by the bench `bulk_sync` (part `check`, 5,000 to 140,000 services
+    /// x 10; `docs/performance.md`), came to cost about the same: from
+    /// [`KernelVersion::PER_NAMESPACE_TABLES`] on, 50,000 services (on 7.3
+    /// the lookups took 2.1 times the dump's time at 10,000, 1.05 at 50,000
+    /// and 0.85 at 60,000); before it, 120,000 (the lookups 1.6-1.7 times
+    /// the dump's time at 80,000 on 6.1 and 6.12; at 100,000 and 120,000
+    /// 0.95 and 0.96 on 6.1, 1.22 and 1.11 on 6.12; 0.88 at 140,000 on
+    /// 6.12). Below them the dump is the cheaper check.
+    ///
+    /// ```
+    /// use ipvsctl::capabilities::KernelVersion;
+    /// use ipvsctl::sync::ServiceCheck;
+    /// let new = ServiceCheck::lookups_from(Some(KernelVersion::new(7, 3, 4)));
+    /// let old = ServiceCheck::lookups_from(Some(KernelVersion::new(6, 1, 0)));
+    /// assert!(new < old);
+    /// assert_eq!(ServiceCheck::lookups_from(None), old);
+    /// ```
+    pub fn lookups_from(kernel: Option<KernelVersion>) -> usize {
+        match kernel {
+            Some(v) if v >= KernelVersion::PER_NAMESPACE_TABLES => LOOKUPS_FROM_PER_NAMESPACE,
+            _ => LOOKUPS_FROM_SHARED,
+        }
+    }
 }
+
+/// [`ServiceCheck::lookups_from`] on kernels with a service table per
+/// namespace (measured on 7.3.4).
+const LOOKUPS_FROM_PER_NAMESPACE: usize = 50_000;
+/// [`ServiceCheck::lookups_from`] on kernels with one service table of 256
+/// buckets for all namespaces (measured on 6.1 and 6.12).
+const LOOKUPS_FROM_SHARED: usize = 120_000;
 
 /// Settings of a [`Syncer`]: [`SyncOptions::default`] and the `with_*`
 /// methods (`#[non_exhaustive]`, so settings can be added).
@@ -849,6 +881,9 @@ pub(crate) struct Core {
     /// When each managed service was last verified in full, and the slice
     /// of a rolling sync under way.
     rolling: Rolling,
+    /// The running kernel's version (`uname -r`), which decides
+    /// [`ServiceCheck::Auto`].
+    kernel_version: Option<KernelVersion>,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -873,6 +908,9 @@ impl Core {
             now: Instant::now(),
             flows: flows::Pending::default(),
             rolling: Rolling::default(),
+            kernel_version: KernelVersion::parse(
+                &rustix::system::uname().release().to_string_lossy(),
+            ),
         }
     }
 
@@ -1073,7 +1111,9 @@ impl Core {
             && match self.options.service_check {
                 ServiceCheck::Dump => false,
                 ServiceCheck::Lookups => true,
-                ServiceCheck::Auto => self.memory.len() >= ServiceCheck::LOOKUPS_FROM,
+                ServiceCheck::Auto => {
+                    self.memory.len() >= ServiceCheck::lookups_from(self.kernel_version)
+                }
             }
     }
 
@@ -1898,6 +1938,7 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &De
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::ObservedDest;
 
     fn ops(n: usize) -> Vec<Write> {
         (0..n)
@@ -1931,5 +1972,100 @@ mod tests {
             let joined: Vec<Write> = parts.into_iter().flatten().collect();
             assert!(joined == ops(n), "{n}: reordered");
         }
+    }
+
+    /// Services only, counting how the service table was read.
+    #[derive(Default)]
+    struct Counting {
+        table: HashMap<ServiceKey, VirtualServer>,
+        dumps: usize,
+        lookups: usize,
+    }
+
+    impl Kernel for Counting {
+        fn services(&mut self) -> Result<Vec<VirtualServer>> {
+            self.dumps += 1;
+            Ok(self.table.values().cloned().collect())
+        }
+
+        fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
+            self.lookups += 1;
+            Ok(keys.iter().map(|k| self.table.get(k).cloned()).collect())
+        }
+
+        fn destinations(
+            &mut self,
+            keys: &[ServiceKey],
+            _sockets: usize,
+            mut each: impl FnMut(usize, Result<Vec<ObservedDest>>),
+        ) -> Result<()> {
+            (0..keys.len()).for_each(|i| each(i, Ok(Vec::new())));
+            Ok(())
+        }
+
+        fn write(
+            &mut self,
+            ops: &[Write],
+            _one_by_one: bool,
+            mut on_result: impl FnMut(usize, std::result::Result<(), Error>),
+        ) -> std::result::Result<(), Error> {
+            for (i, op) in ops.iter().enumerate() {
+                if let Write::AddService(vs) = op {
+                    self.table.insert(vs.key, vs.clone());
+                }
+                on_result(i, Ok(()));
+            }
+            Ok(())
+        }
+
+        fn forget_flows(
+            &mut self,
+            filters: &[crate::conntrack::Filter],
+        ) -> std::result::Result<crate::conntrack::DeleteReport, crate::conntrack::ConntrackError>
+        {
+            Ok(crate::conntrack::DeleteReport {
+                per_filter: vec![Default::default(); filters.len()],
+                ..Default::default()
+            })
+        }
+    }
+
+    /// Whether a `Verify::Services` sync of `n` remembered services on
+    /// `kernel` looked them up (else it dumped).
+    fn auto_looks_up(n: usize, kernel: Option<KernelVersion>) -> bool {
+        let mut desired = DesiredState::with_capacity(n);
+        for i in 0..n {
+            let key = ServiceKey::fwmark(i as u32 + 1, crate::model::AddressFamily::Inet);
+            desired
+                .insert(VirtualServer::new(key), [])
+                .expect("valid service");
+        }
+        let mut core = Core::new(SyncOptions::default());
+        core.kernel_version = kernel;
+        let mut kernel = Counting::default();
+        let cold = core.sync(&mut kernel, &desired, Verify::Services).unwrap();
+        assert_eq!(cold.writes_sent, n);
+        let (dumps, lookups) = (kernel.dumps, kernel.lookups);
+        let r = core.sync(&mut kernel, &desired, Verify::Services).unwrap();
+        assert_eq!(r.writes_sent, 0);
+        match (kernel.dumps - dumps, kernel.lookups - lookups) {
+            (1, 0) => false,
+            (0, 1) => true,
+            other => panic!("{n} services: (dumps, lookups) {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_automatic_service_check_switches_where_measured_for_the_running_kernel() {
+        let new = Some(KernelVersion::new(7, 3, 4));
+        let old = Some(KernelVersion::new(6, 12, 118));
+        assert_eq!(ServiceCheck::lookups_from(new), 50_000);
+        assert_eq!(ServiceCheck::lookups_from(old), 120_000);
+        assert_eq!(ServiceCheck::lookups_from(None), 120_000);
+        assert!(!auto_looks_up(49_999, new));
+        assert!(auto_looks_up(50_000, new));
+        assert!(!auto_looks_up(50_000, old));
+        assert!(!auto_looks_up(119_999, None));
+        assert!(auto_looks_up(120_000, old));
     }
 }
