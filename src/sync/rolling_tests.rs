@@ -28,11 +28,12 @@ use proptest::prelude::*;
 use super::kernel::Kernel;
 use super::state::ObservedDest;
 use super::syncer::Core;
-use super::{DesiredState, SyncOptions, SyncReport, Verify};
+use super::{DesiredState, ServiceCheck, SyncOptions, SyncReport, Verify};
 use crate::batch::Write;
+use crate::capabilities::KernelVersion;
 use crate::conntrack::{ConntrackError, DeleteReport, Filter};
 use crate::handle::describe;
-use crate::model::{RealServer, Scheduler, ServiceKey, VirtualServer};
+use crate::model::{AddressFamily, RealServer, Scheduler, ServiceKey, VirtualServer};
 use crate::{Error, Result};
 
 /// Keys the syncer may desire: 0 to 7; key 7 is held by another tool from
@@ -76,6 +77,9 @@ struct Entry {
 struct World {
     table: BTreeMap<ServiceKey, Entry>,
     violations: Vec<String>,
+    /// Service dumps and batches of service lookups asked for.
+    dumps: usize,
+    lookups: usize,
 }
 
 impl World {
@@ -150,12 +154,14 @@ struct Table(Arc<Mutex<World>>);
 
 impl Kernel for Table {
     fn services(&mut self) -> Result<Vec<VirtualServer>> {
-        let w = self.0.lock().unwrap();
+        let mut w = self.0.lock().unwrap();
+        w.dumps += 1;
         Ok(w.table.values().map(|e| e.vs.clone()).collect())
     }
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
-        let w = self.0.lock().unwrap();
+        let mut w = self.0.lock().unwrap();
+        w.lookups += 1;
         Ok(keys
             .iter()
             .map(|k| w.table.get(k).map(|e| e.vs.clone()))
@@ -789,4 +795,48 @@ fn a_service_the_syncer_changed_is_not_verified_by_its_writes() {
         assert_eq!(r.destinations.added, 1, "{how:?}: the drift: {r:?}");
         assert!(!removed(&world), "{how:?}");
     }
+}
+
+/// Whether a `Verify::Services` sync of `n` remembered services on
+/// `kernel` looked them up (else it dumped).
+fn auto_looks_up(n: u32, kernel: Option<KernelVersion>) -> bool {
+    let mut desired = DesiredState::with_capacity(n as usize);
+    for i in 0..n {
+        let key = ServiceKey::fwmark(i + 1, AddressFamily::Inet);
+        desired
+            .insert(VirtualServer::new(key), [])
+            .expect("valid service");
+    }
+    let world = Arc::new(Mutex::new(World::default()));
+    let mut table = Table(world.clone());
+    let mut core = Core::new(SyncOptions::default());
+    core.kernel_version = kernel;
+    let cold = core.sync(&mut table, &desired, Verify::Services).unwrap();
+    assert_eq!(cold.writes_sent, n as usize);
+    let before = {
+        let w = world.lock().unwrap();
+        (w.dumps, w.lookups)
+    };
+    let r = core.sync(&mut table, &desired, Verify::Services).unwrap();
+    assert_eq!(r.writes_sent, 0);
+    let w = world.lock().unwrap();
+    match (w.dumps - before.0, w.lookups - before.1) {
+        (1, 0) => false,
+        (0, 1) => true,
+        other => panic!("{n} services: (dumps, lookups) {other:?}"),
+    }
+}
+
+#[test]
+fn the_automatic_service_check_switches_where_measured_for_the_running_kernel() {
+    let new = Some(KernelVersion::new(7, 3, 4));
+    let old = Some(KernelVersion::new(6, 12, 118));
+    assert_eq!(ServiceCheck::lookups_from(new), 50_000);
+    assert_eq!(ServiceCheck::lookups_from(old), 120_000);
+    assert_eq!(ServiceCheck::lookups_from(None), 120_000);
+    assert!(!auto_looks_up(49_999, new));
+    assert!(auto_looks_up(50_000, new));
+    assert!(!auto_looks_up(50_000, old));
+    assert!(!auto_looks_up(119_999, None));
+    assert!(auto_looks_up(120_000, old));
 }

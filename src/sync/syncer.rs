@@ -883,7 +883,7 @@ pub(crate) struct Core {
     rolling: Rolling,
     /// The running kernel's version (`uname -r`), which decides
     /// [`ServiceCheck::Auto`].
-    kernel_version: Option<KernelVersion>,
+    pub(crate) kernel_version: Option<KernelVersion>,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -1938,7 +1938,6 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &De
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::ObservedDest;
 
     fn ops(n: usize) -> Vec<Write> {
         (0..n)
@@ -1972,100 +1971,5 @@ mod tests {
             let joined: Vec<Write> = parts.into_iter().flatten().collect();
             assert!(joined == ops(n), "{n}: reordered");
         }
-    }
-
-    /// Services only, counting how the service table was read.
-    #[derive(Default)]
-    struct Counting {
-        table: HashMap<ServiceKey, VirtualServer>,
-        dumps: usize,
-        lookups: usize,
-    }
-
-    impl Kernel for Counting {
-        fn services(&mut self) -> Result<Vec<VirtualServer>> {
-            self.dumps += 1;
-            Ok(self.table.values().cloned().collect())
-        }
-
-        fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
-            self.lookups += 1;
-            Ok(keys.iter().map(|k| self.table.get(k).cloned()).collect())
-        }
-
-        fn destinations(
-            &mut self,
-            keys: &[ServiceKey],
-            _sockets: usize,
-            mut each: impl FnMut(usize, Result<Vec<ObservedDest>>),
-        ) -> Result<()> {
-            (0..keys.len()).for_each(|i| each(i, Ok(Vec::new())));
-            Ok(())
-        }
-
-        fn write(
-            &mut self,
-            ops: &[Write],
-            _one_by_one: bool,
-            mut on_result: impl FnMut(usize, std::result::Result<(), Error>),
-        ) -> std::result::Result<(), Error> {
-            for (i, op) in ops.iter().enumerate() {
-                if let Write::AddService(vs) = op {
-                    self.table.insert(vs.key, vs.clone());
-                }
-                on_result(i, Ok(()));
-            }
-            Ok(())
-        }
-
-        fn forget_flows(
-            &mut self,
-            filters: &[crate::conntrack::Filter],
-        ) -> std::result::Result<crate::conntrack::DeleteReport, crate::conntrack::ConntrackError>
-        {
-            Ok(crate::conntrack::DeleteReport {
-                per_filter: vec![Default::default(); filters.len()],
-                ..Default::default()
-            })
-        }
-    }
-
-    /// Whether a `Verify::Services` sync of `n` remembered services on
-    /// `kernel` looked them up (else it dumped).
-    fn auto_looks_up(n: usize, kernel: Option<KernelVersion>) -> bool {
-        let mut desired = DesiredState::with_capacity(n);
-        for i in 0..n {
-            let key = ServiceKey::fwmark(i as u32 + 1, crate::model::AddressFamily::Inet);
-            desired
-                .insert(VirtualServer::new(key), [])
-                .expect("valid service");
-        }
-        let mut core = Core::new(SyncOptions::default());
-        core.kernel_version = kernel;
-        let mut kernel = Counting::default();
-        let cold = core.sync(&mut kernel, &desired, Verify::Services).unwrap();
-        assert_eq!(cold.writes_sent, n);
-        let (dumps, lookups) = (kernel.dumps, kernel.lookups);
-        let r = core.sync(&mut kernel, &desired, Verify::Services).unwrap();
-        assert_eq!(r.writes_sent, 0);
-        match (kernel.dumps - dumps, kernel.lookups - lookups) {
-            (1, 0) => false,
-            (0, 1) => true,
-            other => panic!("{n} services: (dumps, lookups) {other:?}"),
-        }
-    }
-
-    #[test]
-    fn the_automatic_service_check_switches_where_measured_for_the_running_kernel() {
-        let new = Some(KernelVersion::new(7, 3, 4));
-        let old = Some(KernelVersion::new(6, 12, 118));
-        assert_eq!(ServiceCheck::lookups_from(new), 50_000);
-        assert_eq!(ServiceCheck::lookups_from(old), 120_000);
-        assert_eq!(ServiceCheck::lookups_from(None), 120_000);
-        assert!(!auto_looks_up(49_999, new));
-        assert!(auto_looks_up(50_000, new));
-        assert!(!auto_looks_up(50_000, old));
-        assert!(!auto_looks_up(119_999, None));
-        assert!(auto_looks_up(120_000, old));
     }
 }
