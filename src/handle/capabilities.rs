@@ -99,6 +99,15 @@ impl KernelVersion {
     }
 }
 
+/// The running kernel's release, as `uname -r` prints it (the same in every
+/// network namespace).
+pub(crate) fn running_release() -> String {
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
+}
+
 impl fmt::Display for KernelVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)

@@ -908,9 +908,7 @@ impl Core {
             now: Instant::now(),
             flows: flows::Pending::default(),
             rolling: Rolling::default(),
-            kernel_version: KernelVersion::parse(
-                &rustix::system::uname().release().to_string_lossy(),
-            ),
+            kernel_version: KernelVersion::parse(&crate::capabilities::running_release()),
         }
     }
 

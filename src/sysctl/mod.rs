@@ -348,7 +348,7 @@ fn access<V: KnobValue, T: Send>(
         },
         Missing::Knob => SysctlError::NotAvailable {
             knob: knob.name(),
-            kernel: kernel_release(),
+            kernel: crate::capabilities::running_release(),
         },
     })
 }
@@ -369,14 +369,6 @@ fn missing<V: KnobValue>(knob: &Knob<V>) -> Missing {
             .unwrap_or_default();
         Missing::Interface(interface)
     }
-}
-
-/// `uname -r`.
-fn kernel_release() -> String {
-    rustix::system::uname()
-        .release()
-        .to_string_lossy()
-        .into_owned()
 }
 
 impl fmt::Display for Limit {
