@@ -1295,7 +1295,24 @@ fn a_panicking_listing_callback_leaves_the_handle_usable() {
         });
         let expected: Vec<Vec<SocketAddr>> = (0..keys.len()).map(|i| vec![one_server(i)]).collect();
         assert_eq!(lists, expected);
-        assert_eq!(h.list_services().unwrap().len(), keys.len());
+        // The handle's other socket answers right too. A dump of 200
+        // services takes two datagrams, and on kernels before 7.1 the other
+        // tests' changes in their namespaces can make it skip a service
+        // between them (docs/kernel-notes.md, "A large service dump is not a
+        // snapshot"): what it lists is ours, once each, and what it skipped
+        // is there when asked for.
+        let listed: Vec<ServiceKey> = h
+            .list_services()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.service.key)
+            .collect();
+        let unique: std::collections::HashSet<_> = listed.iter().collect();
+        assert_eq!(unique.len(), listed.len(), "{listed:?}");
+        assert!(listed.iter().all(|k| keys.contains(k)), "{listed:?}");
+        for key in keys.iter().filter(|k| !unique.contains(k)) {
+            assert_eq!(h.get_service(key).unwrap().service.key, *key);
+        }
         assert_eq!(h.get_service(&keys[7]).unwrap().service.key, keys[7]);
         assert_eq!(
             h.list_destinations(&keys[9]).unwrap()[0].server.addr,
