@@ -43,6 +43,7 @@ impl<'a> Exchange<'a> {
     /// silent about get [`super::Failure::TimedOut`]. Returns early only on
     /// an I/O error of the socket itself; then the requests not yet answered
     /// have not been reported.
+    #[cfg_attr(not(any(feature = "unstable", feature = "kmod")), allow(dead_code))] // used through `unstable` and `kmod`
     pub fn run<I, T, F>(&mut self, family: u16, requests: I, on_reply: F) -> io::Result<()>
     where
         I: IntoIterator<Item = (IpvsMessage, Kind, T)>,

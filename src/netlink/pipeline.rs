@@ -265,16 +265,19 @@ impl<T, D> Staged<T, D> {
     }
 
     /// The sequence number the next request will get.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn next_seq(&self) -> u32 {
         self.next_seq
     }
 
     /// How many requests the datagram holds.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn len(&self) -> usize {
         self.requests.len()
     }
 
     /// Whether the datagram holds no request.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
     }
@@ -564,6 +567,7 @@ impl<T, D> Pipeline<T, D> {
     /// outcomes, at once: a bulk writer's queues would otherwise grow by
     /// doubling, each step copying them, on the thread that waits for the
     /// kernel.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn reserve(&mut self, requests: usize) {
         self.fill.reserve(requests);
         self.pending.reserve(requests);
@@ -611,6 +615,7 @@ impl<T, D> Pipeline<T, D> {
     /// [`Pipeline::push`] for a request encoded beforehand (with any
     /// sequence number and flags): it is copied into `buf` and given its
     /// sequence number and its kind's flags there.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn push_encoded(
         &mut self,
         buf: &mut Vec<u8>,

@@ -105,6 +105,7 @@ pub enum Datagram<'a> {
         /// The bytes that were kept.
         head: &'a [u8],
         /// The datagram's real length.
+        #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
         len: usize,
     },
 }
@@ -231,6 +232,7 @@ impl NlSocket {
     /// kernel and dropped: sent to its port before it was connected (see
     /// [`NlSocket`]). Anything but 0 means another process in the
     /// namespace tried to answer in the kernel's place.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn dropped_foreign(&self) -> u64 {
         self.dropped_foreign
     }
@@ -287,6 +289,7 @@ impl NlSocket {
     /// One receive that waits at most the socket's timeout, from any sender
     /// (a cut datagram is an error): for benchmarks and tests that measure
     /// the kernel without the pipeline. A signal ends it (`Interrupted`).
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     pub fn recv(&mut self) -> io::Result<&[u8]> {
         let timeout = self.timeout.get();
         match self.recv_within(timeout)? {

@@ -68,6 +68,7 @@ pub(crate) enum CtRequest<'a> {
     /// read, its id, and its zone when not 0.
     Delete(&'a Entry),
     /// `IPCTNL_MSG_CT_NEW` with `NLM_F_CREATE | NLM_F_EXCL`.
+    #[cfg_attr(not(feature = "unstable"), allow(dead_code))] // used through `unstable`
     New(&'a NewEntry),
 }
 
