@@ -65,6 +65,9 @@
 //! --all-features --bench kernel_healthchecks`, with the guest's kernel
 //! chosen by `IPVSCTL_VM_KERNEL` (default 6.1).
 
+#[path = "../tests/support/keepalived.rs"]
+mod keepalived;
+
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -186,20 +189,6 @@ fn lite_program(measuring: bool) -> PathBuf {
                 candidates[0].display()
             )
         })
-}
-
-/// The reference: `IPVSCTL_KEEPALIVED`, else Debian's keepalived.
-fn keepalived_program() -> PathBuf {
-    let p = match std::env::var_os("IPVSCTL_KEEPALIVED") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from("/usr/sbin/keepalived"),
-    };
-    assert!(
-        p.is_file(),
-        "{} is missing: install the Debian package keepalived (scripts/test does)",
-        p.display()
-    );
-    p
 }
 
 /// A running daemon, its output in a file; killed with its process group
@@ -1082,7 +1071,7 @@ fn main() {
             "IPVSCTL_BENCH_KEEPALIVED_ROUNDS",
             if measuring { 2 } else { 1 },
         ),
-        programs: [lite_program(measuring), keepalived_program()],
+        programs: [lite_program(measuring), keepalived::reference_program()],
         extra: [
             match std::env::var("IPVSCTL_BENCH_KEEPALIVED_THREADS") {
                 Ok(n) => vec![format!("--threads={n}")],

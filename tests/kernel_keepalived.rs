@@ -1104,20 +1104,6 @@ fn lite_program() -> PathBuf {
     }
 }
 
-/// The reference: `IPVSCTL_KEEPALIVED`, else Debian's keepalived.
-fn ref_program() -> PathBuf {
-    let p = match std::env::var_os("IPVSCTL_KEEPALIVED") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from("/usr/sbin/keepalived"),
-    };
-    assert!(
-        p.is_file(),
-        "{} is missing: install the Debian package keepalived (scripts/test does)",
-        p.display()
-    );
-    p
-}
-
 /// A directory for one case: root-owned, mode 0755 (keepalived's
 /// enable_script_security refuses scripts in directories others may write),
 /// removed on drop.
@@ -1396,7 +1382,7 @@ fn table_parser_groups_real_servers_under_their_service() {
 fn keepalived_lite_builds_the_tables_keepalived_builds() {
     support::require_ipvs();
     let lite = lite_program();
-    let reference = ref_program();
+    let reference = support::keepalived::reference_program();
     eprintln!(
         "keepalived side by side: ref {}, lite {}",
         reference.display(),

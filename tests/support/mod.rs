@@ -188,6 +188,7 @@ impl TestNetns {
 
 /// A fresh namespace with IPVS ([`TestNetns::with_ipvs`]) and a handle opened
 /// in it; the namespace goes when the returned value is dropped.
+pub mod keepalived;
 pub mod traffic;
 
 pub fn netns_with_handle() -> (TestNetns, ipvsctl::Handle) {
