@@ -245,15 +245,10 @@ impl World {
 struct Table(Arc<Mutex<World>>);
 
 impl Kernel for Table {
-    fn services(&mut self) -> Result<Vec<VirtualServer>> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap()
-            .table
-            .values()
-            .map(|(vs, _)| vs.clone())
-            .collect())
+    fn services(&mut self, _expected: usize, mut each: impl FnMut(VirtualServer)) -> Result<()> {
+        let w = self.0.lock().unwrap();
+        w.table.values().for_each(|(vs, _)| each(vs.clone()));
+        Ok(())
     }
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {

@@ -15,8 +15,11 @@ use crate::{Error, Handle, Operation, Result};
 
 /// The reads and writes of a sync.
 pub(crate) trait Kernel {
-    /// Every virtual server of the namespace (one dump).
-    fn services(&mut self) -> Result<Vec<VirtualServer>>;
+    /// Every virtual server of the namespace (one dump), each handed to
+    /// `each` as it is read, in the kernel's order; a multi-part dump can
+    /// repeat one. About `expected` are expected (a hint for how to read
+    /// them). On an error, the services handed on before it were read.
+    fn services(&mut self, expected: usize, each: impl FnMut(VirtualServer)) -> Result<()>;
 
     /// Each service of `keys`, `None` where there is none.
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>>;
@@ -60,8 +63,8 @@ pub(crate) struct HandleKernel<'a, H: Borrow<Handle>> {
 }
 
 impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
-    fn services(&mut self) -> Result<Vec<VirtualServer>> {
-        read::services(self.handle.borrow())
+    fn services(&mut self, expected: usize, each: impl FnMut(VirtualServer)) -> Result<()> {
+        read::services(self.handle.borrow(), expected, each)
     }
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {

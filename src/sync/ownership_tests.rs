@@ -83,6 +83,9 @@ struct World {
     /// Lookups fail once a write went out.
     fail_lookups_after_writes: bool,
     writes: usize,
+    /// The next service dump hands on this many services, its first one
+    /// twice (as a multi-part dump may repeat one), then fails.
+    cut_dump: Option<usize>,
     violations: Vec<String>,
     /// The conntrack selections the syncer asked to clean, in order.
     flows: Vec<Filter>,
@@ -188,12 +191,30 @@ fn crashed() -> Error {
 struct Table(Arc<Mutex<World>>);
 
 impl Kernel for Table {
-    fn services(&mut self) -> Result<Vec<VirtualServer>> {
-        let w = self.0.lock().unwrap();
+    fn services(&mut self, _expected: usize, mut each: impl FnMut(VirtualServer)) -> Result<()> {
+        let mut w = self.0.lock().unwrap();
         if w.crashed {
             return Err(crashed());
         }
-        Ok(w.table.values().map(|e| e.vs.clone()).collect())
+        let Some(cut) = w.cut_dump.take() else {
+            // The last service again, as a dump resumed after a service of
+            // another namespace went can repeat one.
+            let last = w.table.values().next_back().map(|e| e.vs.clone());
+            w.table.values().for_each(|e| each(e.vs.clone()));
+            last.into_iter().for_each(each);
+            return Ok(());
+        };
+        let first = w.table.values().next().map(|e| e.vs.clone());
+        w.table.values().take(cut).for_each(|e| each(e.vs.clone()));
+        if let (Some(vs), true) = (first, cut > 0) {
+            each(vs);
+        }
+        Err(Error::Lost {
+            op: describe(
+                crate::codec::IpvsCmd::GetService,
+                &crate::handle::Target::Global,
+            ),
+        })
     }
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
@@ -348,6 +369,12 @@ enum Step {
         lossy: u8,
         seed: u64,
     },
+    /// A sync whose service dump fails after `after` services.
+    CutDump {
+        verify: u8,
+        changes: bool,
+        after: u8,
+    },
     FailNextSave,
     Restart,
 }
@@ -364,6 +391,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(verify, changes, after)| Step::CrashDuring { verify, changes, after }),
         1 => (verify, any::<bool>(), 1..5u8, any::<u64>())
             .prop_map(|(verify, changes, lossy, seed)| Step::Lossy { verify, changes, lossy, seed }),
+        1 => (0..3u8, any::<bool>(), 0..KEYS + 3)
+            .prop_map(|(verify, changes, after)| Step::CutDump { verify, changes, after }),
         1 => Just(Step::FailNextSave),
         1 => Just(Step::Restart),
     ]
@@ -472,6 +501,15 @@ fn run(steps: &[Step]) -> std::result::Result<(), TestCaseError> {
                 }
                 sync(&mut core, &world, &mut desired, verify, changes);
                 world.lock().unwrap().lossy = 0;
+            }
+            Step::CutDump {
+                verify,
+                changes,
+                after,
+            } => {
+                world.lock().unwrap().cut_dump = Some(usize::from(after));
+                sync(&mut core, &world, &mut desired, verify, changes);
+                world.lock().unwrap().cut_dump = None;
             }
             Step::FailNextSave => world.lock().unwrap().fail_save = true,
             Step::Restart => core = agent(&world),

@@ -11,13 +11,16 @@ use crate::{Error, Handle, Result};
 
 use super::state::ObservedDest;
 
-/// Every virtual server of the namespace (one dump).
-pub(crate) fn services(handle: &Handle) -> Result<Vec<VirtualServer>> {
-    Ok(handle
-        .list_services()?
-        .into_iter()
-        .map(|s| s.service)
-        .collect())
+/// Every virtual server of the namespace (one dump), each handed to `each`
+/// as it is decoded, repeats of a multi-part dump included; about
+/// `expected` are expected (from a few hundred on, the kernel builds the
+/// next datagrams while this thread decodes and runs `each`).
+pub(crate) fn services(
+    handle: &Handle,
+    expected: usize,
+    mut each: impl FnMut(VirtualServer),
+) -> Result<()> {
+    handle.each_service(expected, |s| each(s.service)).map(drop)
 }
 
 /// The real servers of each service in `keys`, in the same order, one dump

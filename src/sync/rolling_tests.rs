@@ -153,10 +153,11 @@ impl World {
 struct Table(Arc<Mutex<World>>);
 
 impl Kernel for Table {
-    fn services(&mut self) -> Result<Vec<VirtualServer>> {
+    fn services(&mut self, _expected: usize, mut each: impl FnMut(VirtualServer)) -> Result<()> {
         let mut w = self.0.lock().unwrap();
         w.dumps += 1;
-        Ok(w.table.values().map(|e| e.vs.clone()).collect())
+        w.table.values().for_each(|e| each(e.vs.clone()));
+        Ok(())
     }
 
     fn lookup(&mut self, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {

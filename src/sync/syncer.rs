@@ -1773,40 +1773,43 @@ impl Core {
         }
         // A rolling sync checks as `Services` does; `trusts` reads its slice.
         let verify = verify.check();
-        // Listed once each (the dump's repeats are dropped).
-        let listed_services = kernel.services()?;
-        report.reads_sent += 1;
         let (remembered, recorded) = (self.memory.len(), self.ledger.len());
         let (mut remembered_listed, mut recorded_listed) = (0, 0);
-        let mut listed = Vec::with_capacity(listed_services.len());
+        let mut listed = HashSet::with_capacity(remembered.max(recorded));
         let mut reads = Vec::new();
-        for vs in listed_services {
+        // Each service is settled as it is read, while the kernel builds the
+        // next part of the dump; a dump that fails part way leaves only what
+        // the services read before it showed (ownership settled, conflicts
+        // seen), and the sync ends there.
+        kernel.services(remembered.max(recorded), |vs| {
             let key = vs.key;
-            listed.push(key);
+            // Listed once each (the dump's repeats are dropped).
+            if !listed.insert(key) {
+                return;
+            }
             remembered_listed += usize::from(self.memory.contains(&key));
             recorded_listed += usize::from(self.ledger.contains(&key));
             let Some(vs) = self.admit(vs, desired, report) else {
-                continue;
+                return;
             };
             let m = self.memory.get(&key);
             if !m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
                 reads.push((key, Some(vs)));
             }
-        }
+        })?;
+        report.reads_sent += 1;
         // A multi-part service dump is not a snapshot: the kernel resumes it
         // by position in a table shared by every namespace, so changes in
         // another namespace can make it skip services of this one. Services
         // remembered or recorded in the ledger but not listed are looked up
         // before they count as gone. When the dump listed every one of them
-        // (the usual case), there are none, and no set of the listed keys is
-        // built.
+        // (the usual case), there are none.
         if remembered_listed < remembered || recorded_listed < recorded {
-            let seen: HashSet<ServiceKey> = listed.into_iter().collect();
             let mut unlisted: Vec<ServiceKey> = self
                 .memory
                 .keys()
                 .chain(self.ledger.iter().map(|(k, _)| k))
-                .filter(|k| !seen.contains(k))
+                .filter(|k| !listed.contains(k))
                 .copied()
                 .collect();
             unlisted.sort_unstable();
