@@ -72,8 +72,8 @@ impl Bodies {
 impl Handle {
     /// Runs one dump request on the socket `via` with a helper thread
     /// reading the kernel's datagrams while this thread decodes each data
-    /// message with `decode` and hands it to `each`, in order; returns the
-    /// number of datagrams the answer came in. The errors are those of
+    /// message with `decode` and hands it to `each`, in order. The errors
+    /// are those of
     /// [`Handle::call`] (the first decode error fails the dump; the rest of
     /// it is still read); on an error, the messages handed on before it were
     /// read.
@@ -84,7 +84,7 @@ impl Handle {
         target: Target,
         mut decode: impl FnMut(&[u8]) -> std::result::Result<D, DecodeError>,
         mut each: impl FnMut(D),
-    ) -> Result<usize> {
+    ) -> Result<()> {
         let op = describe(msg.cmd, &target);
         std::thread::scope(|scope| {
             let (tx, rx) = mpsc::sync_channel::<Bodies>(QUEUED_BATCHES);
@@ -124,11 +124,11 @@ impl Handle {
                 Err(panic) => std::panic::resume_unwind(panic),
             };
             take(&last);
-            let answer = answer?;
-            if let Some(source) = failed {
-                return Err(Error::Decode { op, source });
+            answer?;
+            match failed {
+                Some(source) => Err(Error::Decode { op, source }),
+                None => Ok(()),
             }
-            Ok(answer.datagrams)
         })
     }
 

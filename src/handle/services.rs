@@ -1,7 +1,7 @@
 //! Virtual-server operations.
 
 use super::overlap::OVERLAP_SERVICES_FROM;
-use super::{Error, Handle, Result, Target, Via};
+use super::{Answer, Error, Handle, Result, Target, Via};
 use crate::codec::{reply, request};
 use crate::model::{ServiceKey, ServiceSnapshot, VirtualServer};
 use crate::netlink::Kind;
@@ -86,9 +86,9 @@ impl Handle {
     /// Bulk sync repairs what a dump missed on its next pass. An answer that
     /// fits one datagram is one pass of the kernel and is exact.
     pub fn list_services(&self) -> Result<Vec<ServiceSnapshot>> {
-        let mut list = Vec::new();
-        let datagrams = self.each_service(0, |s| list.push(s))?;
-        if datagrams > 1 {
+        let answer = self.dump_services()?;
+        let mut list = answer.data;
+        if answer.datagrams > 1 {
             let mut seen = std::collections::HashSet::with_capacity(list.len());
             list.retain(|s| seen.insert(s.service.key));
         }
@@ -97,23 +97,32 @@ impl Handle {
 
     /// Every virtual server of the namespace (one dump), each handed to
     /// `each` in the kernel's order, repeats of a multi-part dump included
-    /// (see [`Handle::list_services`]); returns the number of datagrams.
-    /// From [`OVERLAP_SERVICES_FROM`] `expected` services on, a helper
-    /// thread reads the dump while this one decodes it and runs `each`; on
-    /// an error, the services handed on before it were read.
+    /// (see [`Handle::list_services`]). From [`OVERLAP_SERVICES_FROM`]
+    /// `expected` services on, a helper thread reads the dump while this one
+    /// decodes it and runs `each`; on an error, the services handed on
+    /// before it were read.
     pub(crate) fn each_service(
         &self,
         expected: usize,
-        mut each: impl FnMut(ServiceSnapshot),
-    ) -> Result<usize> {
-        // Each message is decoded straight into a snapshot.
-        let (msg, target) = (request::dump_services(), Target::Global);
-        let decode = reply::service_from_body;
-        if expected >= OVERLAP_SERVICES_FROM {
-            return self.dump_each(Via::Tables, msg, target, decode, each);
+        each: impl FnMut(ServiceSnapshot),
+    ) -> Result<()> {
+        if expected < OVERLAP_SERVICES_FROM {
+            self.dump_services()?.data.into_iter().for_each(each);
+            return Ok(());
         }
-        let answer = self.call(Via::Tables, msg, Kind::Dump, target, decode)?;
-        answer.data.into_iter().for_each(&mut each);
-        Ok(answer.datagrams)
+        let (msg, target) = (request::dump_services(), Target::Global);
+        self.dump_each(Via::Tables, msg, target, reply::service_from_body, each)
+    }
+
+    /// The service dump on this thread, each message decoded as it arrives,
+    /// straight into a snapshot.
+    fn dump_services(&self) -> Result<Answer<ServiceSnapshot>> {
+        self.call(
+            Via::Tables,
+            request::dump_services(),
+            Kind::Dump,
+            Target::Global,
+            reply::service_from_body,
+        )
     }
 }

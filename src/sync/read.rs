@@ -20,7 +20,7 @@ pub(crate) fn services(
     expected: usize,
     mut each: impl FnMut(VirtualServer),
 ) -> Result<()> {
-    handle.each_service(expected, |s| each(s.service)).map(drop)
+    handle.each_service(expected, |s| each(s.service))
 }
 
 /// The real servers of each service in `keys`, in the same order, one dump
