@@ -84,9 +84,16 @@
 //!   `10.x.y.1:80`, whose addresses differ only in high bytes and fall into
 //!   one bucket of the kernel's service hash table.
 //!
+//! * `part_size/*` (only when `IPVSCTL_BENCH_PARTS` names `part_size`) — a
+//!   cold sync with each part size of `IPVSCTL_BENCH_PART_SIZES` (default
+//!   16384,32768,131072; `SyncOptions::part_size`) and the raw replay, in
+//!   turns (as many as the pairs), each turn starting with the next size;
+//!   the summary gives the median (min-max) of sync / raw replay per size.
+//!
 //! Peak memory of a sync at the largest size is measured in a child process (this
 //! binary re-executed): `VmHWM` of a process that builds the desired state,
-//! opens a handle, syncs cold and then resyncs with full verification.
+//! opens a handle, syncs cold, clears the desired state's record of changes
+//! (as `Syncer::sync_changes` documents) and resyncs with full verification.
 //!
 //! Environment: `IPVSCTL_BENCH_QUICK=1` (CI smoke: N = 100 only),
 //! `IPVSCTL_BENCH_PARTS=cold,resync,incr,read,rolling,memory` (the parts
@@ -341,12 +348,13 @@ fn settle() {
 }
 
 fn sync_cold(ns: &Ns, d: &DesiredState, mode: BatchMode) -> Duration {
+    sync_cold_with(ns, d, SyncOptions::default().with_mode(mode))
+}
+
+fn sync_cold_with(ns: &Ns, d: &DesiredState, options: SyncOptions) -> Duration {
     let h = ns.handle();
     let t = Instant::now();
-    let mut s = with_ledger(Syncer::with_options(
-        &h,
-        SyncOptions::default().with_mode(mode),
-    ));
+    let mut s = with_ledger(Syncer::with_options(&h, options));
     let r = s.sync(d, Verify::Services).expect("sync");
     let e = t.elapsed();
     assert!(r.is_ok(), "cold sync failed: {:?}", r.failed.first());
@@ -705,6 +713,41 @@ fn bench_size(c: &mut Criterion, n: usize) {
             7
         },
     );
+    if named_part("part_size") {
+        // The syncer's part size (`SyncOptions::part_size`) against the raw
+        // replay, in turns, each turn starting with the next case.
+        let sizes: Vec<usize> = std::env::var("IPVSCTL_BENCH_PART_SIZES")
+            .ok()
+            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![1 << 14, 1 << 15, 1 << 17]);
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
+        for turn in 0..pairs {
+            let replay = cold(&tag("part_size/raw_replay_errors_only"), 1, |ns| {
+                raw_replay(ns, &base, false)
+            });
+            let mut line = format!("{n}x{DESTS} part-size turn {turn}: raw {replay:.2?}");
+            for k in 0..sizes.len() {
+                let i = (turn + k) % sizes.len();
+                let size = std::num::NonZeroUsize::new(sizes[i]).expect("part size above 0");
+                let options = SyncOptions::default().with_part_size(size);
+                let sync = cold(&tag(&format!("part_size/{}", sizes[i])), 1, |ns| {
+                    sync_cold_with(ns, &base, options.clone())
+                });
+                ratios[i].push(sync.as_secs_f64() / replay.as_secs_f64());
+                line.push_str(&format!(", {}: {sync:.2?}", sizes[i]));
+            }
+            note(line);
+        }
+        for (size, mut r) in sizes.iter().zip(ratios) {
+            r.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(mid), Some(hi)) = (r.first(), r.get(r.len() / 2), r.last()) {
+                note(format!(
+                    "{n}x{DESTS}: cold sync in parts of {size} / raw replay, {} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})",
+                    r.len()
+                ));
+            }
+        }
+    }
     if part("cold") {
         // Cold applies, each in a fresh namespace.
         let case = tag("cold/sync_pipelined");
@@ -1293,6 +1336,12 @@ fn part(name: &str) -> bool {
         .unwrap_or(true)
 }
 
+/// Whether `IPVSCTL_BENCH_PARTS` names this part (for parts that run only
+/// when asked for).
+fn named_part(name: &str) -> bool {
+    std::env::var("IPVSCTL_BENCH_PARTS").is_ok_and(|v| v.split(',').any(|p| p.trim() == name))
+}
+
 /// Whether this is criterion's test mode (`cargo test --all-targets` runs
 /// the binary without `--bench`): each case once, small sizes.
 fn test_mode() -> bool {
@@ -1315,19 +1364,31 @@ const MEMORY_CHILD: &str = "IPVSCTL_BULK_SYNC_MEMORY_CHILD";
 fn memory_child(n: usize) {
     let ns = Ns::new();
     let h = ns.handle();
-    let d = desired(n, false, false);
+    let mut d = desired(n, false, false);
     let mut s = with_ledger(Syncer::new(&h));
     assert!(s.sync(&d, Verify::Services).expect("sync").is_ok());
+    // As `Syncer::sync_changes` shows: changes recorded while the state was
+    // built are cleared once it is synced whole.
+    d.clear_changes();
+    // The peak so far (the cold sync's) goes to stderr; the whole peak is
+    // the answer.
+    eprintln!("after the cold sync: {}", vm_hwm());
     assert_eq!(s.sync(&d, Verify::Full).expect("resync").writes_sent, 0);
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap_or("VmHWM: ?");
-    println!("{hwm}");
+    println!("{}", vm_hwm());
     drop(s);
     drop(h);
     drop(ns);
+}
+
+/// This process's peak resident set size, as `/proc/self/status` gives it.
+fn vm_hwm() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
 }
 
 fn measure_memory(n: usize) {
@@ -1341,10 +1402,7 @@ fn measure_memory(n: usize) {
     match out {
         Ok(o) if o.status.success() => note(format!(
             "peak memory (VmHWM of a process that builds {n}x{DESTS}, syncs cold, resyncs with Verify::Full): {}",
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .trim_start_matches("VmHWM:")
-                .trim()
+            String::from_utf8_lossy(&o.stdout).trim()
         )),
         Ok(o) => note(format!("memory child failed: {}", o.status)),
         Err(e) => note(format!("memory child could not start: {e}")),

@@ -27,7 +27,6 @@ fn table_of(o: &Observed) -> Table {
                 (
                     s.service.clone(),
                     s.destinations()
-                        .iter()
                         .map(|d| (d.server.addr, d.server))
                         .collect(),
                 ),

@@ -79,6 +79,8 @@ mod ledger;
 mod ledger_file;
 #[cfg(test)]
 mod ownership_tests;
+mod packed;
+mod parts;
 mod plan;
 mod read;
 mod rolling;

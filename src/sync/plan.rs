@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::drain::DrainsAt;
+use super::parts::Fill;
 use super::state::{DesiredService, DesiredState, Observed, ObservedDest, ObservedService};
 use crate::batch::Write;
 use crate::model::{Protocol, RealServer, ServiceKey};
@@ -233,6 +234,9 @@ pub struct Plan {
     /// The adds of services the scope does not already include (claims),
     /// when planned apart from `writes` for a syncer, which sends them first.
     pub(crate) claims: Vec<Write>,
+    /// The real servers of added services, when planned for a syncer: named
+    /// by their service, written out part by part as they are sent.
+    pub(crate) fills: Vec<Fill>,
     /// The draining real servers this plan deletes, and why.
     pub(crate) drain_ends: HashMap<(ServiceKey, SocketAddr), DrainEnd>,
     /// The real servers this plan leaves draining at weight 0.
@@ -242,7 +246,7 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan does nothing.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.is_empty() && self.claims.is_empty() && self.fills.is_empty()
     }
 }
 
@@ -295,7 +299,8 @@ pub(crate) enum Order {
     Documented,
     /// In [`Plan::claims`], the rest of `ops` in the documented order: a
     /// syncer sends the claims first, and would otherwise take them out of
-    /// `ops` (moving every operation after the first claim).
+    /// `ops` (moving every operation after the first claim). The real
+    /// servers of every added service are left to [`Plan::fills`].
     ClaimsApart,
 }
 
@@ -319,7 +324,7 @@ pub(crate) fn plan_ordered(
             Order::Documented => p.writes.reserve(services + dests),
             Order::ClaimsApart => {
                 p.claims.reserve(services);
-                p.writes.reserve(dests);
+                p.fills.reserve(services);
             }
         }
     }
@@ -453,8 +458,15 @@ fn plan_service(
                 p.writes.push(add);
             }
             p.counts.services.added += 1;
-            for rs in ds.destinations() {
-                p.writes.push(Write::AddDestination(key, *rs));
+            if claims.apart() {
+                p.fills.push(Fill {
+                    at: p.writes.len(),
+                    key,
+                });
+            } else {
+                for rs in ds.destinations() {
+                    p.writes.push(Write::AddDestination(key, *rs));
+                }
             }
             p.counts.destinations.added += ds.destinations().len();
             false
@@ -486,6 +498,11 @@ impl<'a> Claims<'a> {
         self.0
             .is_some_and(|(scope, owned)| !scope.includes(key, owned))
     }
+
+    /// Whether the plan is for a syncer ([`Order::ClaimsApart`]).
+    fn apart(self) -> bool {
+        self.0.is_some()
+    }
 }
 
 /// Whether real servers of this service drain before deletion.
@@ -509,12 +526,12 @@ fn diff_dests(
     options: PlanOptions,
     drains: DrainsAt<'_>,
 ) {
-    let have = have.destinations();
+    let mut have = have.destinations().peekable();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
-    let (mut i, mut j) = (0, 0);
-    while i < want.len() || j < have.len() {
+    let mut i = 0;
+    loop {
         let w = want.get(i);
-        let h = have.get(j);
+        let h = have.peek();
         match (w, h) {
             (Some(w), Some(h)) if w.addr == h.server.addr => {
                 let target = kept_weight(key, w, &h.server, options, drains);
@@ -525,7 +542,7 @@ fn diff_dests(
                     p.counts.destinations.updated += 1;
                 }
                 i += 1;
-                j += 1;
+                have.next();
             }
             (Some(w), Some(h)) if w.addr < h.server.addr => {
                 adds.push(Write::AddDestination(key, *w));
@@ -539,7 +556,7 @@ fn diff_dests(
             }
             (_, Some(h)) => {
                 remove_dest(p, key, h, options, drains);
-                j += 1;
+                have.next();
             }
             (None, None) => break,
         }
@@ -637,6 +654,7 @@ mod tests {
     use crate::model::{ConnCounts, RealServer, VirtualServer};
     use crate::sync::ObservedService;
     use crate::sync::drain::Drains;
+    use crate::sync::parts::Parts;
     use std::time::Instant;
 
     fn key(i: u8) -> ServiceKey {
@@ -648,7 +666,8 @@ mod tests {
     }
 
     /// Claims planned apart are the documented plan's claims, and the rest
-    /// is the documented plan without them, in its order.
+    /// (the real servers of added services written out) is the documented
+    /// plan without them, in its order.
     #[test]
     fn claims_apart_take_nothing_else_and_keep_the_order() {
         let mut desired = DesiredState::new();
@@ -704,7 +723,14 @@ mod tests {
                     assert_eq!(claims.len(), want);
                 }
                 assert_eq!(apart.claims, claims);
-                assert_eq!(apart.writes, rest);
+                // The real servers of added services written out where they
+                // stand.
+                let none = HashSet::new();
+                let sent: Vec<Write> =
+                    Parts::new(apart.writes, apart.fills, &desired, &none, usize::MAX)
+                        .flatten()
+                        .collect();
+                assert_eq!(sent, rest);
             }
         }
     }

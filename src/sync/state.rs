@@ -5,6 +5,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
+use super::packed::{PackedDest, addr_order};
 use crate::batch::Write;
 use crate::model::{
     ConnCounts, DestinationSnapshot, RealServer, ServiceKey, ValidationError, VirtualServer,
@@ -54,6 +55,10 @@ pub enum DesiredError {
         key: ServiceKey,
     },
 }
+
+/// The most changes whose room a [`DesiredState`]'s record keeps once it is
+/// taken or cleared.
+const KEPT_RECORD_ROOM: usize = 1024;
 
 /// One service of the desired state, with its real servers sorted by address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,16 +275,24 @@ impl DesiredState {
     /// [`Syncer::sync`](super::Syncer::sync) of this state.
     pub fn clear_changes(&mut self) {
         self.forget_changed();
-        self.changes.clear();
+        if self.changes.capacity() > KEPT_RECORD_ROOM {
+            self.changes = Vec::new();
+        } else {
+            self.changes.clear();
+        }
     }
 
     /// Empties `changed` (which holds the keys of `changes`) in time that
     /// follows the number of changes. Clearing a hash set costs its
-    /// capacity, and a state built service by service keeps a capacity of
-    /// the whole table: at 10,000 services that memset was a tenth of a
-    /// one-change `sync_changes` (perf in a 6.1 guest).
+    /// capacity: at 10,000 services the memset of a set with room for all
+    /// was a tenth of a one-change `sync_changes` (perf in a 6.1 guest). A
+    /// record with room for many changes (a state built service by service
+    /// records every service) gives its room back instead: at 50,000
+    /// services the record takes 4.8 MB.
     fn forget_changed(&mut self) {
-        if self.changes.len() * 8 < self.changed.capacity() {
+        if self.changed.capacity() > KEPT_RECORD_ROOM {
+            self.changed = HashSet::new();
+        } else if self.changes.len() * 8 < self.changed.capacity() {
             for key in &self.changes {
                 self.changed.remove(key);
             }
@@ -416,7 +429,7 @@ impl From<DestinationSnapshot> for ObservedDest {
 pub struct ObservedService {
     /// The configuration.
     pub service: VirtualServer,
-    dests: Vec<ObservedDest>,
+    dests: Vec<PackedDest>,
 }
 
 impl ObservedService {
@@ -431,20 +444,25 @@ impl ObservedService {
         s
     }
 
-    /// The real servers, sorted by address.
-    pub fn destinations(&self) -> &[ObservedDest] {
-        &self.dests
+    /// The real servers, sorted by address. Memory keeps each in a packed
+    /// form (52 bytes), so they are given by value.
+    pub fn destinations(&self) -> impl ExactSizeIterator<Item = ObservedDest> + '_ {
+        self.dests.iter().map(PackedDest::unpack)
     }
 
     /// The real server with this address.
-    pub fn destination(&self, addr: &SocketAddr) -> Option<&ObservedDest> {
-        self.dests
-            .binary_search_by_key(addr, |d| d.server.addr)
-            .ok()
-            .map(|i| &self.dests[i])
+    pub fn destination(&self, addr: &SocketAddr) -> Option<ObservedDest> {
+        self.find(addr).ok().map(|i| self.dests[i].unpack())
     }
 
-    /// Replaces every real server.
+    /// Where the real server with this address is, or would be.
+    fn find(&self, addr: &SocketAddr) -> Result<usize, usize> {
+        let at = addr_order(addr);
+        self.dests.binary_search_by(|d| d.order().cmp(&at))
+    }
+
+    /// Replaces every real server. An IPv6 address keeps no flow label or
+    /// scope id (the kernel has neither).
     pub fn set_destinations(&mut self, dests: impl IntoIterator<Item = ObservedDest>) {
         // Written into the list's own room: a list read back usually has
         // the length it had, while a decoded one was grown by doubling (ten
@@ -453,11 +471,11 @@ impl ObservedService {
         // `Verify::Full` resync of 50,000 x 10 by about 35 MB.
         let v = &mut self.dests;
         v.clear();
-        v.extend(dests);
+        v.extend(dests.into_iter().map(|d| PackedDest::pack(&d)));
         // Stable, so that of equal addresses the last given is kept last.
-        v.sort_by_key(|d| d.server.addr);
+        v.sort_by_key(PackedDest::order);
         v.reverse();
-        v.dedup_by_key(|d| d.server.addr);
+        v.dedup_by_key(|d| d.order());
         v.reverse();
     }
 
@@ -471,24 +489,27 @@ impl ObservedService {
 
     /// Inserts or replaces one real server.
     pub fn upsert(&mut self, d: ObservedDest) {
-        match self
-            .dests
-            .binary_search_by_key(&d.server.addr, |x| x.server.addr)
-        {
-            Ok(i) => self.dests[i] = d,
-            Err(i) => self.dests.insert(i, d),
+        let packed = PackedDest::pack(&d);
+        match self.find(&d.server.addr) {
+            Ok(i) => self.dests[i] = packed,
+            Err(i) => self.dests.insert(i, packed),
         }
     }
 
     /// Removes one real server; whether it was there.
     pub fn remove(&mut self, addr: &SocketAddr) -> bool {
-        match self.dests.binary_search_by_key(addr, |x| x.server.addr) {
+        match self.find(addr) {
             Ok(i) => {
                 self.dests.remove(i);
                 true
             }
             Err(_) => false,
         }
+    }
+
+    /// How many real servers it has.
+    pub fn destination_count(&self) -> usize {
+        self.dests.len()
     }
 }
 
@@ -595,7 +616,7 @@ impl Observed {
     /// let mut observed = Observed::new();
     /// observed.apply(&Write::AddService(VirtualServer::new(key)));
     /// observed.apply(&Write::AddDestination(key, rs));
-    /// assert_eq!(observed.get(&key).unwrap().destinations()[0].server, rs);
+    /// assert_eq!(observed.get(&key).unwrap().destination(&rs.addr).unwrap().server, rs);
     /// ```
     pub fn apply(&mut self, op: &Write) {
         self.apply_with_room(op, || 0);
@@ -668,7 +689,6 @@ mod tests {
         assert_eq!(s.dests.capacity(), room);
         let got: Vec<(String, u32)> = s
             .destinations()
-            .iter()
             .map(|d| (d.server.addr.to_string(), d.server.weight))
             .collect();
         assert_eq!(

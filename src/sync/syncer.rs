@@ -13,6 +13,7 @@ use super::drain::{Drains, DrainsAt};
 use super::flows::{self, FlowCleanup};
 use super::kernel::{HandleKernel, Kernel};
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
+use super::parts::{self, Fill, Parts};
 use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
 use super::rolling::Rolling;
 use super::state::{DesiredState, Observed, ObservedService};
@@ -1166,7 +1167,7 @@ impl Core {
             };
             let m = self.memory.get(key);
             if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                reads.push((*key, Some(vs)));
+                reads.push(read_whole(*key, vs, m));
             }
         }
     }
@@ -1210,7 +1211,7 @@ impl Core {
                             .get(k)
                             .is_some_and(|m| self.needs_read(desired, m))
                     })
-                    .map(|k| (*k, None))
+                    .map(|k| (*k, Shown::Nothing))
                     .collect()
             } else {
                 Vec::new()
@@ -1235,7 +1236,7 @@ impl Core {
     }
 
     /// Reads the real servers of each service of `reads` and puts it in
-    /// memory: with the service given, or the remembered one (`None`). A
+    /// memory: with the service shown, or the remembered one ([`Shown`]). A
     /// service is replaced in memory only by a complete read of it; one
     /// whose read failed is left as it was and marked stale, so the next
     /// sync reads it (`Err`: the first failure). Returns how many services
@@ -1250,8 +1251,7 @@ impl Core {
         if reads.is_empty() {
             return Ok(0);
         }
-        let (keys, mut services): (Vec<ServiceKey>, Vec<Option<VirtualServer>>) =
-            reads.into_iter().unzip();
+        let (keys, mut shown): (Vec<ServiceKey>, Vec<Shown>) = reads.into_iter().unzip();
         let memory = &mut self.memory;
         let stale = &mut self.stale;
         let rolling = &mut self.rolling;
@@ -1263,24 +1263,28 @@ impl Core {
             };
             match r {
                 Ok(d) => match (
-                    services.get_mut(index).and_then(Option::take),
+                    shown
+                        .get_mut(index)
+                        .map(|s| std::mem::replace(s, Shown::Nothing)),
                     memory.get_mut(key),
                 ) {
-                    (Some(vs), Some(m)) => {
-                        m.service = vs;
+                    (Some(Shown::Service(vs)), Some(m)) => {
+                        if let Some(vs) = vs {
+                            m.service = *vs;
+                        }
                         m.set_destinations(d);
                         whole += 1;
                         rolling.verified(*key);
                     }
-                    (Some(vs), None) => {
-                        memory.insert(ObservedService::new(vs, d));
+                    (Some(Shown::Service(Some(vs))), None) => {
+                        memory.insert(ObservedService::new(*vs, d));
                         whole += 1;
                         rolling.verified(*key);
                     }
                     // The remembered service stands: its real servers
                     // alone were read (for their counts or weights).
-                    (None, Some(m)) => m.set_destinations(d),
-                    (None, None) => {}
+                    (Some(Shown::Nothing), Some(m)) => m.set_destinations(d),
+                    _ => {}
                 },
                 Err(e) => {
                     stale.insert(*key);
@@ -1361,7 +1365,8 @@ impl Core {
     ) -> Result<Vec<ServiceKey>> {
         // Planned apart from the rest (`Order::ClaimsApart`).
         let claims = std::mem::take(&mut plan.claims);
-        let mut rest = std::mem::take(&mut plan.writes);
+        let rest = std::mem::take(&mut plan.writes);
+        let fills = std::mem::take(&mut plan.fills);
         let ends = std::mem::take(&mut plan.drain_ends);
         // Found at weight 0 and not desired: draining from this sync on, if
         // not already (after a restart, or quiesced by a health checker
@@ -1379,20 +1384,26 @@ impl Core {
         }
         let mut retry = Vec::new();
         let mut broken = HashSet::new();
+        let mut withheld = HashSet::new();
         if !claims.is_empty() {
             // Every add that succeeds is remembered: room for them all at
             // once, before the answers come in.
             self.memory.reserve(claims.len());
             let first = self.apply(kernel, desired, &claims, &ends, report, pass, &mut broken);
             // Not kept while the real servers go out: at 50,000 services
-            // the adds alone take megabytes.
+            // the adds alone take megabytes, and so does the ledger's room
+            // for their claims, now settled (given back before the save, so
+            // that a store copying the ledger copies no empty room).
             drop(claims);
+            self.ledger.shrink();
             self.save_after_writes(report);
             if !first.withheld.is_empty() {
-                let withheld: HashSet<ServiceKey> = first.withheld.iter().copied().collect();
-                let before = rest.len();
-                rest.retain(|op| !withheld.contains(&op.key()));
-                report.withheld += before - rest.len();
+                withheld.extend(first.withheld.iter().copied());
+                let held = |key: &ServiceKey| withheld.contains(key);
+                report.withheld += rest.iter().filter(|op| held(&op.key())).count();
+                let held_fills: Vec<Fill> =
+                    fills.iter().filter(|f| held(&f.key)).copied().collect();
+                report.withheld += parts::fill_count(&held_fills, desired);
             }
             self.report_refused(kernel, first.refused, report);
             if first.socket_failed {
@@ -1402,8 +1413,10 @@ impl Core {
             }
             retry = first.retry;
         }
-        // Each part is dropped once sent, while memory grows by what it did.
-        for part in into_parts(rest, self.options.part_size) {
+        // Each part is made just before it is sent and dropped once sent,
+        // while memory grows by what it did.
+        let size = self.options.part_size.get();
+        for part in Parts::new(rest, fills, desired, &withheld, size) {
             let applied = self.apply(kernel, desired, &part, &ends, report, pass, &mut broken);
             retry.extend(applied.retry);
             if applied.socket_failed {
@@ -1729,8 +1742,8 @@ impl Core {
             return false; // the whole service goes
         };
         let want = ds.destinations();
-        s.destinations().iter().any(|d| {
-            match want.binary_search_by_key(&d.server.addr, |rs| rs.addr) {
+        s.destinations().any(
+            |d| match want.binary_search_by_key(&d.server.addr, |rs| rs.addr) {
                 Err(_) => options.graceful_termination,
                 Ok(i) => {
                     options.keep_weights
@@ -1739,8 +1752,8 @@ impl Core {
                             ..want[i]
                         } != d.server
                 }
-            }
-        })
+            },
+        )
     }
 
     /// Brings `memory` up to date as `verify` asks, settling the ledger's
@@ -1759,7 +1772,7 @@ impl Core {
                 .memory
                 .services()
                 .filter(|s| self.needs_read(desired, s))
-                .map(|s| (s.service.key, None))
+                .map(|s| (s.service.key, Shown::Nothing))
                 .collect();
             return self.read_into_memory(kernel, reads, report).map(drop);
         }
@@ -1776,7 +1789,13 @@ impl Core {
         let (remembered, recorded) = (self.memory.len(), self.ledger.len());
         let (mut remembered_listed, mut recorded_listed) = (0, 0);
         let mut listed = HashSet::with_capacity(remembered.max(recorded));
-        let mut reads = Vec::new();
+        // A full check reads every service: room for them at once, not by
+        // doubling (a third of it spare at 50,000 services).
+        let mut reads = Vec::with_capacity(if verify == Verify::Full {
+            remembered
+        } else {
+            0
+        });
         // Each service is settled as it is read, while the kernel builds the
         // next part of the dump; a dump that fails part way leaves only what
         // the services read before it showed (ownership settled, conflicts
@@ -1794,7 +1813,7 @@ impl Core {
             };
             let m = self.memory.get(&key);
             if !m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
-                reads.push((key, Some(vs)));
+                reads.push(read_whole(key, vs, m));
             }
         })?;
         report.reads_sent += 1;
@@ -1837,9 +1856,27 @@ fn err_or_report(report: &mut SyncReport, e: Error) -> Result<()> {
     Ok(())
 }
 
-/// A service whose real servers are to be read: its key, and the service
-/// as the kernel showed it (`None`: the remembered one stands).
-type Read = (ServiceKey, Option<VirtualServer>);
+/// A service whose real servers are to be read: its key, and what the
+/// kernel showed of the service itself.
+type Read = (ServiceKey, Shown);
+
+/// What a read of real servers knows of their service.
+#[derive(Debug)]
+enum Shown {
+    /// Not read: the remembered service stands, its real servers alone are
+    /// read (for their counts or weights).
+    Nothing,
+    /// Read whole with these settings; `None`: the settings memory has.
+    /// Boxed, and only when they differ: a `Verify::Full` resync of 50,000
+    /// services would otherwise hold 50,000 copies of what memory has.
+    Service(Option<Box<VirtualServer>>),
+}
+
+/// The read of a service the kernel showed as `vs`, remembered as `m`.
+fn read_whole(key: ServiceKey, vs: VirtualServer, m: Option<&ObservedService>) -> Read {
+    let differs = m.is_none_or(|m| m.service != vs);
+    (key, Shown::Service(differs.then(|| Box::new(vs))))
+}
 
 /// `keys` without the conflicting ones.
 fn without_conflicts(keys: &[ServiceKey], conflicts: &[SyncConflict]) -> Vec<ServiceKey> {
@@ -1869,26 +1906,11 @@ struct Applied {
 }
 
 /// The most operations [`Core::write_plan`] sends in one part unless told
-/// otherwise (about 14 MiB of them). A cold sync's plan holds every real
-/// server of the table; sent in parts, each given back once sent, it is not
-/// all held while memory fills with what it did (at 50,000 x 10 the plan
-/// alone is 550,000 operations, 60 MB).
-const DEFAULT_PART_SIZE: NonZeroUsize = NonZeroUsize::new(1 << 17).unwrap();
-
-/// Splits `ops` into parts of at most `size`, in order. The last part is
-/// split off first, so that each operation is moved once and the room it
-/// leaves is given back at once. A plan of one part (every sync of a few
-/// changes) is handed back as it is, without allocating.
-fn into_parts(mut ops: Vec<Write>, size: NonZeroUsize) -> impl Iterator<Item = Vec<Write>> {
-    let size = size.get();
-    let mut later = Vec::new();
-    while ops.len() > size {
-        let last = (ops.len() - 1) / size * size;
-        later.push(ops.split_off(last));
-        ops.shrink_to_fit();
-    }
-    std::iter::once(ops).chain(later.into_iter().rev())
-}
+/// otherwise (about 14 MiB of them). A cold sync's real-server adds are
+/// made a part at a time out of the desired state ([`Parts`]), so that the
+/// plan is never held whole while memory fills with what it did (at
+/// 50,000 x 10 it would be 550,000 operations, 60 MB).
+const DEFAULT_PART_SIZE: NonZeroUsize = NonZeroUsize::new(1 << 14).unwrap();
 
 /// Failures that mean "the kernel's state differs from what was planned":
 /// re-reading the service and planning again fixes them.
@@ -1933,44 +1955,5 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &De
         Write::AddService(vs) => ledger.insert_owned(vs.key),
         Write::DeleteService(k) => ledger.settle_release(k, Ok(())),
         _ => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ops(n: usize) -> Vec<Write> {
-        (0..n)
-            .map(|i| {
-                Write::DeleteService(ServiceKey::fwmark(
-                    i as u32 + 1,
-                    crate::model::AddressFamily::Inet,
-                ))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn parts_keep_every_operation_once_in_order() {
-        let size = DEFAULT_PART_SIZE.get();
-        for n in [0, 1, size, size + 1, 2 * size + 5] {
-            let parts: Vec<Vec<Write>> = into_parts(ops(n), DEFAULT_PART_SIZE).collect();
-            let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-            assert!(sizes.iter().all(|&s| s <= size), "{n}: {sizes:?}");
-            assert_eq!(sizes.iter().sum::<usize>(), n);
-            assert_eq!(parts.len(), n.div_ceil(size).max(1), "{n}");
-            let joined: Vec<Write> = parts.into_iter().flatten().collect();
-            assert!(joined == ops(n), "{n}: reordered");
-        }
-        let three = NonZeroUsize::new(3).unwrap();
-        for n in [0, 1, 3, 4, 7, 9] {
-            let parts: Vec<Vec<Write>> = into_parts(ops(n), three).collect();
-            let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-            assert!(sizes.iter().all(|&s| s <= 3), "{n}: {sizes:?}");
-            assert_eq!(parts.len(), n.div_ceil(3).max(1), "{n}");
-            let joined: Vec<Write> = parts.into_iter().flatten().collect();
-            assert!(joined == ops(n), "{n}: reordered");
-        }
     }
 }

@@ -905,7 +905,7 @@ impl SyncCase {
                 .get(key)
                 .unwrap_or_else(|| panic!("service {key} appeared"));
             assert_eq!(vs, &before.service, "unmanaged service {key} changed");
-            let before: Vec<_> = before.destinations().to_vec();
+            let before: Vec<_> = before.destinations().collect();
             let now: Vec<_> = dests.values().copied().collect();
             assert_eq!(
                 now, before,
@@ -931,11 +931,7 @@ impl From<&Observed> for KernelModel {
             services: o
                 .services()
                 .map(|s| {
-                    let dests = s
-                        .destinations()
-                        .iter()
-                        .map(|d| (d.server.addr, *d))
-                        .collect();
+                    let dests = s.destinations().map(|d| (d.server.addr, d)).collect();
                     (s.service.key, (s.service.clone(), dests))
                 })
                 .collect(),
