@@ -86,6 +86,26 @@ impl PackedDest {
         (self.bits & IPV6 != 0, self.ip, self.port)
     }
 
+    /// Whether this is the real server `rs` (connection counts aside),
+    /// without unpacking it.
+    pub(super) fn is(&self, rs: &RealServer) -> bool {
+        let same_addr = match rs.addr {
+            SocketAddr::V4(a) => self.bits & IPV6 == 0 && self.ip[..4] == a.ip().octets(),
+            SocketAddr::V6(a) => {
+                self.bits & IPV6 != 0
+                    && self.ip == a.ip().octets()
+                    && a.flowinfo() == 0
+                    && a.scope_id() == 0
+            }
+        };
+        same_addr
+            && self.port == rs.addr.port()
+            && self.weight == rs.weight
+            && self.forward == rs.forward
+            && self.upper_threshold == rs.upper_threshold
+            && self.lower_threshold == rs.lower_threshold
+    }
+
     pub(super) fn unpack(&self) -> ObservedDest {
         let server = RealServer {
             addr: self.addr(),
@@ -177,6 +197,8 @@ mod tests {
                 a.server.addr.cmp(&b.server.addr)
             );
             prop_assert_eq!(addr_order(&a.server.addr), PackedDest::pack(&a).order());
+            prop_assert!(PackedDest::pack(&a).is(&a.server));
+            prop_assert_eq!(PackedDest::pack(&a).is(&b.server), a.server == b.server);
         }
     }
 }

@@ -526,6 +526,12 @@ fn diff_dests(
     options: PlanOptions,
     drains: DrainsAt<'_>,
 ) {
+    // The usual resync: the kernel has the desired real servers, none to
+    // update whatever the options (kept weights equal the desired ones).
+    if have.has_exactly(want) {
+        p.counts.destinations.unchanged += want.len();
+        return;
+    }
     let mut have = have.destinations().peekable();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
     let mut i = 0;

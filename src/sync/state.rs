@@ -511,6 +511,12 @@ impl ObservedService {
     pub fn destination_count(&self) -> usize {
         self.dests.len()
     }
+
+    /// Whether its real servers are exactly `servers` (sorted by address),
+    /// connection counts aside.
+    pub(crate) fn has_exactly(&self, servers: &[RealServer]) -> bool {
+        self.dests.len() == servers.len() && self.dests.iter().zip(servers).all(|(d, rs)| d.is(rs))
+    }
 }
 
 /// The kernel's IPVS state as read or remembered: services by key.
