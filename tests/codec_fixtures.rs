@@ -234,6 +234,35 @@ fn every_datagram_decodes_and_reencodes_byte_for_byte() {
     }
 }
 
+/// The streaming service decoders give, on every captured service reply,
+/// what the message decoder gives: `service_from_body` the snapshot,
+/// `virtual_server_from_body` its settings (statistics left unread).
+#[test]
+fn streamed_service_replies_decode_as_the_message_decoder() {
+    let mut seen = 0;
+    for cap in load() {
+        for step in &cap.steps {
+            for d in step.datagrams.iter().filter(|d| !d.sent) {
+                for f in frame::frames(&d.bytes) {
+                    let Ok(FrameBody::Data(body)) = f.map(|f| f.body) else {
+                        continue;
+                    };
+                    let msg = frame::decode_message(body).expect("decode");
+                    let Ok(snapshot) = reply::service(msg) else {
+                        continue;
+                    };
+                    let label = format!("{} {}", cap.label(), step.name);
+                    assert_eq!(reply::service_from_body(body).as_ref(), Ok(&snapshot), "{label}");
+                    let vs = reply::virtual_server_from_body(body);
+                    assert_eq!(vs.as_ref(), Ok(&snapshot.service), "{label}");
+                    seen += 1;
+                }
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} service replies captured");
+}
+
 /// The errno of each failing step, the same for both tools and every
 /// kernel; every other step is answered with success.
 fn expected_errno(step: &str) -> Option<i32> {

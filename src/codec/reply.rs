@@ -148,6 +148,31 @@ pub(crate) fn service_from_attrs(attrs: Vec<ServiceAttr>) -> Result<ServiceSnaps
 /// assert!(frame::decode_message(&body).is_ok());
 /// ```
 pub fn service_from_body(body: &[u8]) -> Result<ServiceSnapshot, DecodeError> {
+    fold_service_body(body, Statistics::Read)?.finish()
+}
+
+/// [`service_from_body`] without the statistics: their nests are left
+/// unread (a sync compares settings only, and the counters were a fifth of
+/// its decoding). Fails where `service_from_body` fails, except on a
+/// malformed statistics nest.
+///
+/// ```
+/// use ipvsctl::codec::reply;
+/// let body = [1u8, 1, 0, 0];
+/// assert!(reply::virtual_server_from_body(&body).is_err());
+/// ```
+pub fn virtual_server_from_body(body: &[u8]) -> Result<VirtualServer, DecodeError> {
+    fold_service_body(body, Statistics::Skipped)?.service()
+}
+
+/// Whether a service's statistics nests are decoded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Statistics {
+    Read,
+    Skipped,
+}
+
+fn fold_service_body(body: &[u8], stats: Statistics) -> Result<ServiceFold<'_>, DecodeError> {
     // The second decode path (see `attr::LeanServiceAttr` for why it is
     // kept): the same parser and the same fold as `service`, without the
     // owned attribute values in between.
@@ -160,13 +185,15 @@ pub fn service_from_body(body: &[u8]) -> Result<ServiceSnapshot, DecodeError> {
             LeanServiceAttr::Attr(a) => fold.add(a),
             LeanServiceAttr::SchedName(n) => fold.sched = Some(n),
             LeanServiceAttr::PeName(n) => fold.pe = Some(n),
+            LeanServiceAttr::Stats(_) | LeanServiceAttr::Stats64(_)
+                if stats == Statistics::Skipped => {}
             LeanServiceAttr::Stats(b) => fold.s32 = Some(stats_from_nest(b, StatsSource::Stats32)?),
             LeanServiceAttr::Stats64(b) => {
                 fold.s64 = Some(stats_from_nest(b, StatsSource::Stats64)?)
             }
         }
     }
-    fold.finish()
+    Ok(fold)
 }
 
 /// The attributes of a service nest as they are read; later ones win, as the
@@ -207,6 +234,15 @@ impl ServiceFold<'_> {
     }
 
     fn finish(self) -> Result<ServiceSnapshot, DecodeError> {
+        let (s32, s64) = (self.s32, self.s64);
+        Ok(ServiceSnapshot {
+            service: self.service()?,
+            stats: best_stats(s32, s64),
+        })
+    }
+
+    /// The service's settings (its statistics left aside).
+    fn service(self) -> Result<VirtualServer, DecodeError> {
         let family = family(self.af.ok_or_else(|| missing("service AF"))?)?;
         // The kernel sends FWMARK for firewall-mark services and PROTOCOL,
         // ADDR, PORT otherwise; a zero mark would not be a firewall-mark
@@ -240,10 +276,7 @@ impl ServiceFold<'_> {
                 .filter(|p| !p.is_empty())
                 .map(|p| PersistenceEngine(p.into_owned())),
         };
-        Ok(ServiceSnapshot {
-            service,
-            stats: best_stats(self.s32, self.s64),
-        })
+        Ok(service)
     }
 }
 

@@ -101,17 +101,21 @@ impl Handle {
     /// `expected` services on, a helper thread reads the dump while this one
     /// decodes it and runs `each`; on an error, the services handed on
     /// before it were read.
+    ///
+    /// Only the services' settings are decoded, not their statistics.
     pub(crate) fn each_service(
         &self,
         expected: usize,
-        each: impl FnMut(ServiceSnapshot),
+        each: impl FnMut(VirtualServer),
     ) -> Result<()> {
+        let (msg, target) = (request::dump_services(), Target::Global);
+        let decode = reply::virtual_server_from_body;
         if expected < OVERLAP_SERVICES_FROM {
-            self.dump_services()?.data.into_iter().for_each(each);
+            let answer = self.call(Via::Tables, msg, Kind::Dump, target, decode)?;
+            answer.data.into_iter().for_each(each);
             return Ok(());
         }
-        let (msg, target) = (request::dump_services(), Target::Global);
-        self.dump_each(Via::Tables, msg, target, reply::service_from_body, each)
+        self.dump_each(Via::Tables, msg, target, decode, each)
     }
 
     /// The service dump on this thread, each message decoded as it arrives,

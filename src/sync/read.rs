@@ -18,9 +18,9 @@ use super::state::ObservedDest;
 pub(crate) fn services(
     handle: &Handle,
     expected: usize,
-    mut each: impl FnMut(VirtualServer),
+    each: impl FnMut(VirtualServer),
 ) -> Result<()> {
-    handle.each_service(expected, |s| each(s.service))
+    handle.each_service(expected, each)
 }
 
 /// The real servers of each service in `keys`, in the same order, one dump
@@ -127,7 +127,7 @@ pub(crate) fn destinations_each(
 /// data reply answers a lookup, and an ACK for each would double the
 /// messages the kernel builds and this side receives.
 pub(crate) fn lookup(handle: &Handle, keys: &[ServiceKey]) -> Result<Vec<Option<VirtualServer>>> {
-    let decode = |_: usize, body: &[u8]| reply::service_from_body(body).map(|s| s.service);
+    let decode = |_: usize, body: &[u8]| reply::virtual_server_from_body(body);
     per_key(
         handle,
         keys,
