@@ -252,12 +252,14 @@ pub struct SyncOptions {
     /// service table (default [`ServiceCheck::Auto`]).
     pub service_check: ServiceCheck,
     /// The most operations a sync holds and sends as one part of its plan
-    /// (default 131,072, about 14 MiB of them): a cold sync's plan has
-    /// every real server of the table, and each part is given back once
-    /// sent, so memory holds one part while it fills with what the sync
-    /// did. Smaller parts lower a large sync's peak memory; the answers
-    /// of a part's service adds are awaited before its real servers go
-    /// out either way.
+    /// (default 16,384, about 1.8 MiB of them): a cold sync adds every
+    /// real server of the table, and makes the adds of each part out of the
+    /// desired state just before it is sent, so memory holds one part while
+    /// it fills with what the sync did. Smaller parts hold less; each part
+    /// ends with every answer received before the next is sent (at 50,000
+    /// x 10, parts of 16,384 measured no slower than parts of 131,072). The
+    /// adds of services not yet the syncer's are answered before any real
+    /// server goes out, whatever the size.
     pub part_size: NonZeroUsize,
     /// Deletes the connection-tracking entries of UDP and SCTP real
     /// servers and services this syncer deleted (default off): once the
@@ -316,7 +318,7 @@ impl SyncOptions {
     }
 
     /// Sets the most operations of a plan held and sent as one part
-    /// (default 131,072; see [`SyncOptions::part_size`]).
+    /// (default 16,384; see [`SyncOptions::part_size`]).
     pub fn with_part_size(mut self, part_size: NonZeroUsize) -> Self {
         self.part_size = part_size;
         self
