@@ -252,7 +252,11 @@ fn streamed_service_replies_decode_as_the_message_decoder() {
                         continue;
                     };
                     let label = format!("{} {}", cap.label(), step.name);
-                    assert_eq!(reply::service_from_body(body).as_ref(), Ok(&snapshot), "{label}");
+                    assert_eq!(
+                        reply::service_from_body(body).as_ref(),
+                        Ok(&snapshot),
+                        "{label}"
+                    );
                     let vs = reply::virtual_server_from_body(body);
                     assert_eq!(vs.as_ref(), Ok(&snapshot.service), "{label}");
                     seen += 1;

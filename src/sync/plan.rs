@@ -289,6 +289,7 @@ pub fn plan(
         options,
         Order::Documented,
         DrainsAt::NONE,
+        &HashSet::new(),
     )
 }
 
@@ -304,7 +305,10 @@ pub(crate) enum Order {
     ClaimsApart,
 }
 
-/// [`plan()`] with the claims where `order` says.
+/// [`plan()`] with the claims where `order` says, the syncer's drains, and
+/// the desired services in `skip` left out (a syncer's conflicts: not its
+/// own, so neither changed nor deleted).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_ordered(
     desired: &DesiredState,
     observed: &Observed,
@@ -313,6 +317,7 @@ pub(crate) fn plan_ordered(
     options: PlanOptions,
     order: Order,
     drains: DrainsAt<'_>,
+    skip: &HashSet<ServiceKey>,
 ) -> Plan {
     let mut p = Plan::default();
     if observed.is_empty() {
@@ -331,6 +336,9 @@ pub(crate) fn plan_ordered(
     let claims = Claims::new(order, scope, owned);
     let mut observed_desired = 0;
     for ds in desired.services() {
+        if !skip.is_empty() && skip.contains(&ds.service().key) {
+            continue;
+        }
         observed_desired +=
             usize::from(plan_service(&mut p, ds, observed, options, claims, drains));
     }
@@ -703,6 +711,7 @@ mod tests {
                         PlanOptions::default(),
                         order,
                         DrainsAt::NONE,
+                        &HashSet::new(),
                     )
                 };
                 let documented = plan(Order::Documented);
@@ -766,7 +775,50 @@ mod tests {
             options,
             Order::Documented,
             drains,
+            &HashSet::new(),
         )
+    }
+
+    /// Desired services skipped (a syncer's conflicts) plan as if they were
+    /// not desired, except that they are never deleted.
+    #[test]
+    fn skipped_services_plan_as_if_not_desired_and_are_never_deleted() {
+        let mut desired = DesiredState::new();
+        for i in 1..=4 {
+            desired
+                .insert(VirtualServer::new(key(i)), [rs(i), rs(i + 10)])
+                .unwrap();
+        }
+        let mut observed = Observed::new();
+        observed.insert(ObservedService::new(VirtualServer::new(key(2)), []));
+        observed.insert(ObservedService::new(VirtualServer::new(key(3)), []));
+        let owned: HashSet<ServiceKey> = [key(2), key(3)].into();
+        let skip: HashSet<ServiceKey> = [key(1), key(3)].into();
+        let mut without = DesiredState::new();
+        for ds in desired.services() {
+            if !skip.contains(&ds.service().key) {
+                let dests = ds.destinations().iter().copied();
+                without.insert(ds.service().clone(), dests).unwrap();
+            }
+        }
+        let plan = |d: &DesiredState, skip: &HashSet<ServiceKey>| {
+            plan_ordered(
+                d,
+                &observed,
+                &Scope::Owned,
+                &owned,
+                PlanOptions::default(),
+                Order::Documented,
+                DrainsAt::NONE,
+                skip,
+            )
+        };
+        let skipped = plan(&desired, &skip);
+        let mut copied = plan(&without, &HashSet::new());
+        // The copy deletes the owned service 3, which the skip keeps.
+        assert_eq!(copied.writes.pop(), Some(Write::DeleteService(key(3))));
+        copied.counts.services.deleted -= 1;
+        assert_eq!(skipped, copied);
     }
 
     fn seen(rs: RealServer, conns: Option<ConnCounts>) -> ObservedDest {
