@@ -739,8 +739,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
             note(line);
         }
         for (size, mut r) in sizes.iter().zip(ratios) {
-            r.sort_by(f64::total_cmp);
-            if let (Some(lo), Some(mid), Some(hi)) = (r.first(), r.get(r.len() / 2), r.last()) {
+            if let Some((lo, mid, hi)) = spread(&mut r) {
                 note(format!(
                     "{n}x{DESTS}: cold sync in parts of {size} / raw replay, {} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})",
                     r.len()
@@ -780,10 +779,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 sync.as_secs_f64() / replay.as_secs_f64()
             })
             .collect();
-        paired.sort_by(f64::total_cmp);
-        if let (Some(lo), Some(mid), Some(hi)) =
-            (paired.first(), paired.get(paired.len() / 2), paired.last())
-        {
+        if let Some((lo, mid, hi)) = spread(&mut paired) {
             note(format!(
                 "{n}x{DESTS}: cold sync / raw replay without per-request ACKs, in {pairs} pairs: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.15)"
             ));
@@ -980,8 +976,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 floors,
             ),
         ] {
-            v.sort_by(f64::total_cmp);
-            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+            if let Some((lo, mid, hi)) = spread(&mut v) {
                 note(format!(
                     "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
                 ));
@@ -1201,8 +1196,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
             ),
             ("raw netlink read / /proc/net/ip_vs", raw_proc),
         ] {
-            v.sort_by(f64::total_cmp);
-            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+            if let Some((lo, mid, hi)) = spread(&mut v) {
                 note(format!(
                     "{n}x{DESTS}: {what}, in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2})"
                 ));
@@ -1298,8 +1292,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
             }
         }
         for (k, mut v) in ks.iter().zip(ratios) {
-            v.sort_by(f64::total_cmp);
-            if let (Some(lo), Some(mid), Some(hi)) = (v.first(), v.get(v.len() / 2), v.last()) {
+            if let Some((lo, mid, hi)) = spread(&mut v) {
                 note(format!(
                     "{n}x{DESTS}: Verify::rolling({k}) / (Verify::Full / {k} + Verify::Services), in {turns} turns: median {mid:.2} (min {lo:.2}, max {hi:.2}) (goal <= 1.2)"
                 ));
@@ -1334,6 +1327,12 @@ fn part(name: &str) -> bool {
     std::env::var("IPVSCTL_BENCH_PARTS")
         .map(|v| v.split(',').any(|p| p.trim() == name))
         .unwrap_or(true)
+}
+
+/// The least, median and greatest of `v` (sorted here); `None` when empty.
+fn spread(v: &mut [f64]) -> Option<(f64, f64, f64)> {
+    v.sort_by(f64::total_cmp);
+    Some((*v.first()?, *v.get(v.len() / 2)?, *v.last()?))
 }
 
 /// Whether `IPVSCTL_BENCH_PARTS` names this part (for parts that run only
