@@ -290,6 +290,7 @@ pub fn plan(
         Order::Documented,
         DrainsAt::NONE,
         &HashSet::new(),
+        &[],
     )
 }
 
@@ -307,7 +308,11 @@ pub(crate) enum Order {
 
 /// [`plan()`] with the claims where `order` says, the syncer's drains, and
 /// the desired services in `skip` left out (a syncer's conflicts: not its
-/// own, so neither changed nor deleted).
+/// own, so neither changed nor deleted). `settled[i]` true: the desired
+/// service at index `i` is known to be as `observed` has it (the same
+/// settings and exactly its real servers), so it is counted unchanged
+/// without a second look (a syncer finds this while the kernel is still
+/// dumping the table); shorter than `desired`: the rest are not known.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_ordered(
     desired: &DesiredState,
@@ -318,6 +323,7 @@ pub(crate) fn plan_ordered(
     order: Order,
     drains: DrainsAt<'_>,
     skip: &HashSet<ServiceKey>,
+    settled: &[bool],
 ) -> Plan {
     let mut p = Plan::default();
     if observed.is_empty() {
@@ -335,8 +341,14 @@ pub(crate) fn plan_ordered(
     }
     let claims = Claims::new(order, scope, owned);
     let mut observed_desired = 0;
-    for ds in desired.services() {
+    for (i, ds) in desired.services().iter().enumerate() {
         if !skip.is_empty() && skip.contains(&ds.service().key) {
+            continue;
+        }
+        if settled.get(i) == Some(&true) {
+            p.counts.services.unchanged += 1;
+            p.counts.destinations.unchanged += ds.destinations().len();
+            observed_desired += 1;
             continue;
         }
         observed_desired +=
@@ -712,6 +724,7 @@ mod tests {
                         order,
                         DrainsAt::NONE,
                         &HashSet::new(),
+                        &[],
                     )
                 };
                 let documented = plan(Order::Documented);
@@ -776,6 +789,7 @@ mod tests {
             Order::Documented,
             drains,
             &HashSet::new(),
+            &[],
         )
     }
 
@@ -811,6 +825,7 @@ mod tests {
                 Order::Documented,
                 DrainsAt::NONE,
                 skip,
+                &[],
             )
         };
         let skipped = plan(&desired, &skip);
@@ -953,5 +968,101 @@ mod tests {
         );
         assert_eq!(p.counts.destinations.deleted, 2);
         assert_eq!(p.counts.drains_ended_at_deadline, 0);
+    }
+
+    /// A desired service is settled when the observed one has its settings
+    /// and exactly its real servers.
+    fn settled_marks(desired: &DesiredState, observed: &Observed, pick: &[bool]) -> Vec<bool> {
+        desired
+            .services()
+            .iter()
+            .zip(pick)
+            .map(|(ds, pick)| {
+                *pick
+                    && observed.get(&ds.service().key).is_some_and(|os| {
+                        os.service == *ds.service() && os.has_exactly(ds.destinations())
+                    })
+            })
+            .collect()
+    }
+
+    /// A service of the property test: its scheduler (round robin or not),
+    /// and its real servers by number with a weight each.
+    fn service_of(i: u8, rr: bool, dests: &[(u8, u32)]) -> (VirtualServer, Vec<RealServer>) {
+        let mut vs = VirtualServer::new(key(i));
+        if rr {
+            vs = vs.with_scheduler(crate::model::Scheduler::RoundRobin);
+        }
+        let mut list: Vec<RealServer> = dests.iter().map(|&(d, w)| rs(d).with_weight(w)).collect();
+        list.sort_by_key(|r| r.addr);
+        list.dedup_by_key(|r| r.addr);
+        (vs, list)
+    }
+
+    proptest::proptest! {
+        /// Settled services (any of those the syncer could mark: observed
+        /// with their settings and exactly their real servers) plan as they
+        /// do when looked at: the same operations in the same order, the
+        /// same counts, whatever the options, order and drains.
+        #[test]
+        fn settled_services_plan_as_when_compared(
+            want in proptest::collection::vec(
+                (1u8..8, proptest::bool::ANY, proptest::collection::vec((1u8..5, 0u32..3), 0..4)),
+                0..8,
+            ),
+            have in proptest::collection::vec(
+                (1u8..8, proptest::bool::ANY, proptest::collection::vec((1u8..5, 0u32..3), 0..4)),
+                0..8,
+            ),
+            pick in proptest::collection::vec(proptest::bool::ANY, 8),
+            graceful in proptest::bool::ANY,
+            keep_weights in proptest::bool::ANY,
+            apart in proptest::bool::ANY,
+        ) {
+            let mut desired = DesiredState::new();
+            for (i, rr, dests) in &want {
+                let (vs, list) = service_of(*i, *rr, dests);
+                if !desired.contains(&vs.key) {
+                    desired.insert(vs, list).unwrap();
+                }
+            }
+            let mut observed = Observed::new();
+            for (i, rr, dests) in &have {
+                let (vs, list) = service_of(*i, *rr, dests);
+                if !observed.contains(&vs.key) {
+                    let seen = list.into_iter().map(|server| ObservedDest {
+                        server,
+                        conns: Some(ConnCounts::default()),
+                    });
+                    observed.insert(ObservedService::new(vs, seen));
+                }
+            }
+            let owned: HashSet<ServiceKey> = observed.keys().copied().collect();
+            let options = PlanOptions {
+                graceful_termination: graceful,
+                keep_weights,
+                ..PlanOptions::default()
+            };
+            let order = if apart { Order::ClaimsApart } else { Order::Documented };
+            let settled = settled_marks(&desired, &observed, &pick);
+            let plan = |settled: &[bool]| {
+                plan_ordered(
+                    &desired,
+                    &observed,
+                    &Scope::Owned,
+                    &owned,
+                    options,
+                    order,
+                    DrainsAt::NONE,
+                    &HashSet::new(),
+                    settled,
+                )
+            };
+            let (compared, marked) = (plan(&[]), plan(&settled));
+            proptest::prop_assert_eq!(&marked.writes, &compared.writes);
+            proptest::prop_assert_eq!(&marked.claims, &compared.claims);
+            proptest::prop_assert_eq!(&marked.fills, &compared.fills);
+            proptest::prop_assert_eq!(marked.counts, compared.counts);
+        }
     }
 }

@@ -318,6 +318,11 @@ impl DesiredState {
         self.index.contains_key(key)
     }
 
+    /// Where a desired service is in [`DesiredState::services`].
+    pub(crate) fn position(&self, key: &ServiceKey) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
     /// The services in order (see [`DesiredState`]).
     pub fn services(&self) -> &[DesiredService] {
         &self.services

@@ -887,6 +887,12 @@ pub(crate) struct Core {
     /// The running kernel's version (`uname -r`), which decides
     /// [`ServiceCheck::Auto`].
     pub(crate) kernel_version: Option<KernelVersion>,
+    /// In a full-state sync, by index in the desired state: the services
+    /// its check found in sync (the kernel shows them as remembered, and
+    /// memory has them as desired). Found while the kernel still builds the
+    /// dump, so that the plan after it counts them without comparing them
+    /// again. Empty between syncs and in other syncs.
+    settled: Vec<bool>,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -912,6 +918,7 @@ impl Core {
             flows: flows::Pending::default(),
             rolling: Rolling::default(),
             kernel_version: KernelVersion::parse(&crate::capabilities::running_release()),
+            settled: Vec::new(),
         }
     }
 
@@ -963,7 +970,7 @@ impl Core {
         let observed = self.observe(kernel, desired, verify, &mut report);
         self.rolling.end_plan();
         observed?;
-        Ok(self.plan_without(desired, &report.conflicts, Order::Documented))
+        Ok(self.plan_without(desired, &report.conflicts, Order::Documented, &[]))
     }
 
     /// See [`Syncer::sync`].
@@ -976,12 +983,19 @@ impl Core {
         self.now = (self.clock)();
         let mut report = SyncReport::default();
         self.start_verify(verify, true);
-        self.observe(kernel, desired, verify, &mut report)?;
+        self.settled = vec![false; desired.len()];
+        let observed = self.observe(kernel, desired, verify, &mut report);
+        let settled = std::mem::take(&mut self.settled);
+        observed?;
+        // Settled services are owned already.
         self.own_managed(
             desired,
-            desired.services().iter().map(|ds| ds.service().key),
+            (desired.services().iter().zip(&settled))
+                .filter(|(_, settled)| !**settled)
+                .map(|(ds, _)| ds.service().key),
         );
-        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart);
+        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart, &settled);
+        drop(settled);
         let mut report = self.execute(kernel, desired, plan, report)?;
         let keys: Vec<ServiceKey> = self.drains.keys().copied().collect();
         self.settle_drains(desired, &keys);
@@ -1081,6 +1095,7 @@ impl Core {
         desired: &DesiredState,
         conflicts: &[SyncConflict],
         order: Order,
+        settled: &[bool],
     ) -> Plan {
         let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
         plan::plan_ordered(
@@ -1092,6 +1107,7 @@ impl Core {
             order,
             DrainsAt::new(&self.drains, self.now),
             &foreign,
+            settled,
         )
     }
 
@@ -1157,9 +1173,11 @@ impl Core {
             let Some(vs) = self.admit(vs, desired, report) else {
                 continue;
             };
-            let m = self.memory.get(key);
-            if !m.is_some_and(|m| self.trusts(key, m, &vs, desired, verify)) {
-                reads.push(read_whole(*key, vs, m));
+            match self.memory.get(key) {
+                Some(m) if self.trusts(key, m, &vs, desired, verify) => {
+                    settle(&mut self.settled, &self.ledger, desired, m);
+                }
+                m => reads.push(read_whole(*key, vs, m)),
             }
         }
     }
@@ -1803,9 +1821,11 @@ impl Core {
             let Some(vs) = self.admit(vs, desired, report) else {
                 return;
             };
-            let m = self.memory.get(&key);
-            if !m.is_some_and(|m| self.trusts(&key, m, &vs, desired, verify)) {
-                reads.push(read_whole(key, vs, m));
+            match self.memory.get(&key) {
+                Some(m) if self.trusts(&key, m, &vs, desired, verify) => {
+                    settle(&mut self.settled, &self.ledger, desired, m);
+                }
+                m => reads.push(read_whole(key, vs, m)),
             }
         })?;
         report.reads_sent += 1;
@@ -1868,6 +1888,30 @@ enum Shown {
 fn read_whole(key: ServiceKey, vs: VirtualServer, m: Option<&ObservedService>) -> Read {
     let differs = m.is_none_or(|m| m.service != vs);
     (key, Shown::Service(differs.then(|| Box::new(vs))))
+}
+
+/// Records a service whose remembered state stands for the kernel's (`m`,
+/// trusted by the check of a full-state sync) as settled when it is owned
+/// and memory has it exactly as desired: nothing to plan for it, and
+/// nothing for [`Core::own_managed`] to do. Nothing when the sync keeps no
+/// record (`settled` empty).
+fn settle(settled: &mut [bool], ledger: &Ledger, desired: &DesiredState, m: &ObservedService) {
+    if settled.is_empty() {
+        return;
+    }
+    let key = m.service.key;
+    let Some(i) = desired.position(&key) else {
+        return;
+    };
+    let (Some(ds), true) = (desired.services().get(i), ledger.owned().contains(&key)) else {
+        return;
+    };
+    if *ds.service() == m.service
+        && m.has_exactly(ds.destinations())
+        && let Some(s) = settled.get_mut(i)
+    {
+        *s = true;
+    }
 }
 
 /// `keys` without the conflicting ones.
