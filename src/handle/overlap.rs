@@ -56,6 +56,20 @@ struct Bodies {
 }
 
 impl Bodies {
+    /// Room for a batch of [`BATCH_BYTES`] and the message that crosses it,
+    /// so that filling it never moves it.
+    fn with_room() -> Self {
+        Bodies {
+            bytes: Vec::with_capacity(BATCH_BYTES + (8 << 10)),
+            ranges: Vec::with_capacity(256),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ranges.clear();
+    }
+
     fn push(&mut self, body: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(body);
@@ -88,16 +102,21 @@ impl Handle {
         let op = describe(msg.cmd, &target);
         std::thread::scope(|scope| {
             let (tx, rx) = mpsc::sync_channel::<Bodies>(QUEUED_BATCHES);
+            // Decoded batches come back emptied, to be filled again: the
+            // dump is copied into the same few buffers, not into fresh
+            // memory for every batch.
+            let (back_tx, back_rx) = mpsc::channel::<Bodies>();
             let reader = scope.spawn(move || {
-                let bodies = RefCell::new(Bodies::default());
+                let bodies = RefCell::new(Bodies::with_room());
                 let copy = |body: &[u8]| {
                     let mut b = bodies.borrow_mut();
                     b.push(body);
                     if b.bytes.len() >= BATCH_BYTES {
+                        let empty = back_rx.try_recv().unwrap_or_else(|_| Bodies::with_room());
                         // A send fails only when this thread's caller is
                         // unwinding from a panic: the rest is read and
                         // dropped, leaving the socket clean.
-                        let _ = tx.send(std::mem::take(&mut *b));
+                        let _ = tx.send(std::mem::replace(&mut *b, empty));
                     }
                     Ok(())
                 };
@@ -116,8 +135,11 @@ impl Handle {
                     }
                 }
             };
-            for bodies in rx {
+            for mut bodies in rx {
                 take(&bodies);
+                bodies.clear();
+                // The reader may have finished: the buffer is dropped then.
+                let _ = back_tx.send(bodies);
             }
             let (answer, last) = match reader.join() {
                 Ok(r) => r,
