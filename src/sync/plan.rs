@@ -70,9 +70,14 @@ impl Scope {
     /// Whether a service that is not desired is managed (may be deleted),
     /// given the keys the syncer owns.
     pub fn includes(&self, key: &ServiceKey, owned: &HashSet<ServiceKey>) -> bool {
+        self.includes_known(key, owned.contains(key))
+    }
+
+    /// [`Scope::includes`] for a key known to be owned (`owned`) or not.
+    pub(crate) fn includes_known(&self, key: &ServiceKey, owned: bool) -> bool {
         match self {
-            Scope::Owned => owned.contains(key),
-            Scope::Filter(f) => owned.contains(key) || f(key),
+            Scope::Owned => owned,
+            Scope::Filter(f) => owned || f(key),
             Scope::All => true,
         }
     }

@@ -1125,23 +1125,33 @@ impl Core {
     }
 
     /// Settles a service the kernel showed against the ledger and the
-    /// scope: `Some` when it is managed; otherwise it is someone else's,
-    /// leaves memory, and is a conflict if desired.
+    /// scope: managed, or someone else's, which leaves memory and is a
+    /// conflict if desired. The ledger is asked once for the key (this runs
+    /// for every service of a dump).
     fn admit(
         &mut self,
         vs: VirtualServer,
         desired: &DesiredState,
         report: &mut SyncReport,
-    ) -> Option<VirtualServer> {
+    ) -> Admission {
         let key = vs.key;
-        let reason = match self.ledger.resolve(&key, Some(&vs)) {
+        let resolved = self.ledger.resolve(&key, Some(&vs));
+        // Resolved with a service, the key is owned now exactly when it is
+        // the syncer's.
+        let mine = resolved == Resolved::Mine;
+        let recorded = resolved != Resolved::Unknown;
+        if self.options.scope.includes_known(&key, mine) {
+            return Admission {
+                managed: Some((vs, mine)),
+                recorded,
+                forgotten: false,
+            };
+        }
+        let reason = match resolved {
             Resolved::NotMine(reason) => reason,
             Resolved::Mine | Resolved::Unknown | Resolved::Gone => ConflictReason::Found,
         };
-        if self.options.scope.includes(&key, self.ledger.owned()) {
-            return Some(vs);
-        }
-        self.memory.remove(&key);
+        let forgotten = self.memory.remove(&key).is_some();
         if desired.contains(&key) {
             report.conflicts.push(SyncConflict {
                 key,
@@ -1149,7 +1159,11 @@ impl Core {
                 reason,
             });
         }
-        None
+        Admission {
+            managed: None,
+            recorded,
+            forgotten,
+        }
     }
 
     /// Settles what lookups of `keys` found (`found`, in the same order):
@@ -1170,12 +1184,12 @@ impl Core {
                 self.gone(key);
                 continue;
             };
-            let Some(vs) = self.admit(vs, desired, report) else {
+            let Some((vs, mine)) = self.admit(vs, desired, report).managed else {
                 continue;
             };
             match self.memory.get(key) {
                 Some(m) if self.trusts(key, m, &vs, desired, verify) => {
-                    settle(&mut self.settled, &self.ledger, desired, m);
+                    settle(&mut self.settled, mine, desired, m);
                 }
                 m => reads.push(read_whole(*key, vs, m)),
             }
@@ -1816,14 +1830,17 @@ impl Core {
             if !listed.insert(key) {
                 return;
             }
-            remembered_listed += usize::from(self.memory.contains(&key));
-            recorded_listed += usize::from(self.ledger.contains(&key));
-            let Some(vs) = self.admit(vs, desired, report) else {
+            let admission = self.admit(vs, desired, report);
+            recorded_listed += usize::from(admission.recorded);
+            let Some((vs, mine)) = admission.managed else {
+                remembered_listed += usize::from(admission.forgotten);
                 return;
             };
-            match self.memory.get(&key) {
+            let m = self.memory.get(&key);
+            remembered_listed += usize::from(m.is_some());
+            match m {
                 Some(m) if self.trusts(&key, m, &vs, desired, verify) => {
-                    settle(&mut self.settled, &self.ledger, desired, m);
+                    settle(&mut self.settled, mine, desired, m);
                 }
                 m => reads.push(read_whole(key, vs, m)),
             }
@@ -1890,20 +1907,29 @@ fn read_whole(key: ServiceKey, vs: VirtualServer, m: Option<&ObservedService>) -
     (key, Shown::Service(differs.then(|| Box::new(vs))))
 }
 
+/// What [`Core::admit`] made of a service the kernel showed.
+struct Admission {
+    /// Managed: its settings, and whether the syncer owns it.
+    managed: Option<(VirtualServer, bool)>,
+    /// Whether the ledger had the key (owned, claimed or being released).
+    recorded: bool,
+    /// Not managed, and memory had it: it has left memory.
+    forgotten: bool,
+}
+
 /// Records a service whose remembered state stands for the kernel's (`m`,
 /// trusted by the check of a full-state sync) as settled when it is owned
-/// and memory has it exactly as desired: nothing to plan for it, and
-/// nothing for [`Core::own_managed`] to do. Nothing when the sync keeps no
-/// record (`settled` empty).
-fn settle(settled: &mut [bool], ledger: &Ledger, desired: &DesiredState, m: &ObservedService) {
-    if settled.is_empty() {
+/// (`mine`) and memory has it exactly as desired: nothing to plan for it,
+/// and nothing for [`Core::own_managed`] to do. Nothing when the sync
+/// keeps no record (`settled` empty).
+fn settle(settled: &mut [bool], mine: bool, desired: &DesiredState, m: &ObservedService) {
+    if settled.is_empty() || !mine {
         return;
     }
-    let key = m.service.key;
-    let Some(i) = desired.position(&key) else {
+    let Some(i) = desired.position(&m.service.key) else {
         return;
     };
-    let (Some(ds), true) = (desired.services().get(i), ledger.owned().contains(&key)) else {
+    let Some(ds) = desired.services().get(i) else {
         return;
     };
     if *ds.service() == m.service
