@@ -75,6 +75,7 @@ mod drain;
 mod drain_tests;
 mod flows;
 mod kernel;
+mod key_hash;
 mod ledger;
 mod ledger_file;
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
+use super::key_hash::KeyHashing;
 use super::packed::{PackedDest, addr_order};
 use crate::batch::Write;
 use crate::model::{
@@ -112,7 +113,7 @@ impl DesiredService {
 #[derive(Debug, Clone, Default)]
 pub struct DesiredState {
     services: Vec<DesiredService>,
-    index: HashMap<ServiceKey, usize>,
+    index: HashMap<ServiceKey, usize, KeyHashing>,
     /// Keys of the services changed since the record was last taken, in the
     /// order of their first change (`changed` holds the same keys).
     changes: Vec<ServiceKey>,
@@ -139,7 +140,7 @@ impl DesiredState {
     pub fn with_capacity(services: usize) -> Self {
         DesiredState {
             services: Vec::with_capacity(services),
-            index: HashMap::with_capacity(services),
+            index: HashMap::with_capacity_and_hasher(services, KeyHashing::default()),
             changes: Vec::new(),
             changed: HashSet::new(),
         }
@@ -541,7 +542,7 @@ impl ObservedService {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
-    services: HashMap<ServiceKey, ObservedService>,
+    services: HashMap<ServiceKey, ObservedService, KeyHashing>,
 }
 
 impl Observed {

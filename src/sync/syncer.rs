@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::drain::{Drains, DrainsAt};
 use super::flows::{self, FlowCleanup};
 use super::kernel::{HandleKernel, Kernel};
+use super::key_hash::KeyHashing;
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
 use super::parts::{self, Fill, Parts};
 use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
@@ -1812,7 +1813,8 @@ impl Core {
         let verify = verify.check();
         let (remembered, recorded) = (self.memory.len(), self.ledger.len());
         let (mut remembered_listed, mut recorded_listed) = (0, 0);
-        let mut listed = HashSet::with_capacity(remembered.max(recorded));
+        let mut listed =
+            HashSet::with_capacity_and_hasher(remembered.max(recorded), KeyHashing::default());
         // A full check reads every service: room for them at once, not by
         // doubling (a third of it spare at 50,000 services).
         let mut reads = Vec::with_capacity(if verify == Verify::Full {
