@@ -33,6 +33,8 @@ pub use daemon::{DaemonRole, SyncDaemon};
 pub use dest::{ForwardMethod, RealServer, Tunnel, TunnelEncap, TunnelFlags};
 pub use family::{AddressFamily, Protocol};
 pub use scheduler::{PersistenceEngine, Scheduler};
+#[cfg(test)]
+pub(crate) use service::keys_differing_in_one_field;
 pub use service::{Netmask, ServiceFlags, ServiceKey, VirtualServer};
 pub use status::{
     ConnCounts, DestinationSnapshot, Info, ServiceSnapshot, Stats, StatsSource, Timeouts, Version,

@@ -379,35 +379,37 @@ impl VirtualServer {
     }
 }
 
+/// Keys that differ from each other in one field each (for the tests of
+/// anything that hashes or orders keys).
+#[cfg(test)]
+pub(crate) fn keys_differing_in_one_field() -> Vec<ServiceKey> {
+    vec![
+        ServiceKey::tcp("10.96.0.1:80".parse().unwrap()),
+        ServiceKey::udp("10.96.0.1:80".parse().unwrap()),
+        ServiceKey::Addr {
+            protocol: Protocol::Sctp,
+            addr: "10.96.0.1:80".parse().unwrap(),
+        },
+        ServiceKey::tcp("10.96.0.1:81".parse().unwrap()),
+        ServiceKey::tcp("10.96.0.2:80".parse().unwrap()),
+        ServiceKey::tcp("[::ffff:10.96.0.1]:80".parse().unwrap()),
+        ServiceKey::tcp("[2001:db8::1]:80".parse().unwrap()),
+        ServiceKey::tcp("[2001:db8::1]:81".parse().unwrap()),
+        ServiceKey::fwmark(1, AddressFamily::Inet),
+        ServiceKey::fwmark(1, AddressFamily::Inet6),
+        ServiceKey::fwmark(2, AddressFamily::Inet),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
-    /// The keys differ from each other in one field each.
-    fn keys() -> Vec<ServiceKey> {
-        vec![
-            ServiceKey::tcp("10.96.0.1:80".parse().unwrap()),
-            ServiceKey::udp("10.96.0.1:80".parse().unwrap()),
-            ServiceKey::Addr {
-                protocol: Protocol::Sctp,
-                addr: "10.96.0.1:80".parse().unwrap(),
-            },
-            ServiceKey::tcp("10.96.0.1:81".parse().unwrap()),
-            ServiceKey::tcp("10.96.0.2:80".parse().unwrap()),
-            ServiceKey::tcp("[::ffff:10.96.0.1]:80".parse().unwrap()),
-            ServiceKey::tcp("[2001:db8::1]:80".parse().unwrap()),
-            ServiceKey::tcp("[2001:db8::1]:81".parse().unwrap()),
-            ServiceKey::fwmark(1, AddressFamily::Inet),
-            ServiceKey::fwmark(1, AddressFamily::Inet6),
-            ServiceKey::fwmark(2, AddressFamily::Inet),
-        ]
-    }
-
     #[test]
     fn equal_keys_hash_equal_and_these_distinct_keys_do_not() {
         let state = std::collections::hash_map::RandomState::new();
-        let keys = keys();
+        let keys = keys_differing_in_one_field();
         for (i, a) in keys.iter().enumerate() {
             assert_eq!(state.hash_one(a), state.hash_one(*a), "{a}");
             for b in &keys[i + 1..] {

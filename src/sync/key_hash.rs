@@ -4,14 +4,14 @@
 //! A resync looks every service up in several tables while the kernel dumps
 //! the next part of the table, and with the standard library's SipHash the
 //! hashing was the largest single cost of that work (about an eighth of the
-//! calling thread's samples under `perf`, 5,000 services on 6.1). A [`ServiceKey`](crate::model::ServiceKey)
-//! hashes as one write of 24 bytes, so a few multiplications do: each
-//! 8-byte word is mixed into the state by a 64 x 64 -> 128-bit multiply
-//! whose halves are folded together, with keys drawn at random once per
-//! process, so that which keys collide cannot be known from outside (the
-//! standard library's `RandomState` draws the keys). Tables the crate hands
-//! out (such as [`Ledger::owned`](super::Ledger::owned)) keep the standard
-//! hasher.
+//! calling thread's samples under `perf`, 5,000 services on 6.1). A
+//! [`ServiceKey`](crate::model::ServiceKey) hashes as one write of 24
+//! bytes, so a few multiplications do: each 8-byte word is mixed into the
+//! state by a 64 x 64 -> 128-bit multiply whose halves are folded together,
+//! with keys drawn at random once per process, so that which keys collide
+//! cannot be known from outside (the standard library's `RandomState` draws
+//! the keys). Tables the crate hands out (such as
+//! [`Ledger::owned`](super::Ledger::owned)) keep the standard hasher.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -94,7 +94,8 @@ impl Hasher for KeyHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AddressFamily, Protocol, ServiceKey};
+    use crate::model::ServiceKey;
+    use crate::model::keys_differing_in_one_field;
     use std::collections::HashSet;
 
     fn hash(k: &ServiceKey) -> u64 {
@@ -105,23 +106,10 @@ mod tests {
     /// equally.
     #[test]
     fn keys_that_differ_in_one_field_hash_differently() {
-        let keys = [
-            ServiceKey::tcp("10.96.0.1:80".parse().unwrap()),
-            ServiceKey::udp("10.96.0.1:80".parse().unwrap()),
-            ServiceKey::Addr {
-                protocol: Protocol::Sctp,
-                addr: "10.96.0.1:80".parse().unwrap(),
-            },
-            ServiceKey::tcp("10.96.0.1:81".parse().unwrap()),
-            ServiceKey::tcp("10.96.0.2:80".parse().unwrap()),
-            ServiceKey::tcp("[::ffff:10.96.0.1]:80".parse().unwrap()),
-            ServiceKey::tcp("[2001:db8::1]:80".parse().unwrap()),
-            ServiceKey::fwmark(1, AddressFamily::Inet),
-            ServiceKey::fwmark(1, AddressFamily::Inet6),
-            ServiceKey::fwmark(2, AddressFamily::Inet),
-        ];
+        let keys = keys_differing_in_one_field();
         for (i, a) in keys.iter().enumerate() {
-            assert_eq!(hash(a), hash(&{ *a }));
+            let same = *a;
+            assert_eq!(hash(a), hash(&same));
             for b in &keys[i + 1..] {
                 assert_ne!(hash(a), hash(b), "{a} and {b}");
             }

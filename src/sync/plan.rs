@@ -1008,7 +1008,7 @@ mod tests {
         /// Settled services (any of those the syncer could mark: observed
         /// with their settings and exactly their real servers) plan as they
         /// do when looked at: the same operations in the same order, the
-        /// same counts, whatever the options, order and drains.
+        /// same counts, whatever the options and the order.
         #[test]
         fn settled_services_plan_as_when_compared(
             want in proptest::collection::vec(
