@@ -28,7 +28,9 @@
 //! the file (empty, with local_port "0", if none). ipvs-exporter labels them
 //! proto="SCTP" with the SCTP service's address. The test reads the file
 //! to know which line comes before each SCTP service (the order is the
-//! kernel's hash order), gives the SCTP real servers a port of their own
+//! kernel's hash order) at each comparison, between two node_exporter
+//! scrapes that agree: from 7.1 the kernel resizes a namespace's service
+//! table with its load, which can change the order after a first read. It gives the SCTP real servers a port of their own
 //! ([`SCTP_PORT`]) so that node_exporter cannot sum them into another
 //! service's real server, and prints what node_exporter made of them.
 //!
@@ -571,6 +573,20 @@ fn ipvs_exporter(bin: &Path, netns: &str, path: &str, extra: &[&str]) -> Exporte
 }
 
 // -------------------------------------------------------- SCTP labelling ---
+
+/// The router's `/proc/net/ip_vs`.
+fn read_proc_ip_vs(lab: &Lab) -> std::io::Result<String> {
+    run_in(&NetNs::path(lab.router.path()), || {
+        std::fs::read_to_string("/proc/thread-self/net/ip_vs")
+    })
+}
+
+/// The SCTP attribution of the router's table as it is now (see
+/// [`sctp_attribution`]).
+fn read_attribution(lab: &Lab) -> Result<Attribution, String> {
+    let text = read_proc_ip_vs(lab).map_err(|e| format!("read /proc/net/ip_vs: {e}"))?;
+    sctp_attribution(&text)
+}
 
 /// The local labels node_exporter gives the real servers of each SCTP
 /// service, by the SCTP service's (local_address, local_port).
@@ -1226,22 +1242,22 @@ fn settle(node: &Exporter, conns: u64) -> Series {
 /// Everything the default-label exporters must agree on, in one retry:
 /// the node_ipvs series, the SCTP labelling, and ipvs-exporter's counters
 /// against the kernel's. Returns node_exporter's and ipvs-exporter's scrapes.
-fn compare_all(
-    lab: &Lab,
-    node: &Exporter,
-    ipvs: &Exporter,
-    attribution: &Attribution,
-    round: &str,
-) -> (Series, Series) {
-    let (n, (i, want)) = agree(round, || {
-        sandwich(node, || Ok((ipvs.scrape()?, expected_counters(lab)))).and_then(
-            |(n, (i, want))| {
-                compare_node_series(&n, &i, attribution)?;
-                compare_counters(&i, &want)?;
-                Ok((n, (i, want)))
-            },
-        )
+fn compare_all(lab: &Lab, node: &Exporter, ipvs: &Exporter, round: &str) -> (Series, Series) {
+    let (n, (i, want, attribution)) = agree(round, || {
+        sandwich(node, || {
+            Ok((
+                ipvs.scrape()?,
+                expected_counters(lab),
+                read_attribution(lab)?,
+            ))
+        })
+        .and_then(|(n, (i, want, attribution))| {
+            compare_node_series(&n, &i, &attribution)?;
+            compare_counters(&i, &want)?;
+            Ok((n, (i, want, attribution)))
+        })
     });
+    let attribution = &attribution;
     // The extras exist for every service and real server the kernel has
     // (compare_counters), and for the same real servers as node_ipvs_*.
     let backends: BTreeSet<&Labels> = want
@@ -1328,10 +1344,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
             ForwardMethod::Masquerade,
         );
     }
-    let proc_ip_vs = run_in(&NetNs::path(lab.router.path()), || {
-        std::fs::read_to_string("/proc/thread-self/net/ip_vs")
-    })
-    .expect("read the router's /proc/net/ip_vs");
+    let proc_ip_vs = read_proc_ip_vs(&lab).expect("read the router's /proc/net/ip_vs");
     println!("/proc/net/ip_vs of the router:\n{proc_ip_vs}");
     let attribution = sctp_attribution(&proc_ip_vs).expect("parse /proc/net/ip_vs");
     assert_eq!(
@@ -1357,7 +1370,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     for ((n, l), v) in &settled {
         println!("  {} {v}", show(n, l));
     }
-    let (n1, i1) = compare_all(&lab, &node, &ipvs, &attribution, "after traffic");
+    let (n1, i1) = compare_all(&lab, &node, &ipvs, "after traffic");
     for name in TOTALS {
         assert!(total(&n1, name) > 0.0, "{name} counted the traffic: {n1:?}");
     }
@@ -1373,8 +1386,13 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     //    with the SCTP real servers in the groups it misattributes them
     //    to), and each sums its own full-label series.
     agree("collapsed backend labels", || {
-        let (n, (nc, i, ic)) = sandwich(&node, || {
-            Ok((node_c.scrape()?, ipvs.scrape()?, ipvs_c.scrape()?))
+        let (n, (nc, i, ic, attribution)) = sandwich(&node, || {
+            Ok((
+                node_c.scrape()?,
+                ipvs.scrape()?,
+                ipvs_c.scrape()?,
+                read_attribution(&lab)?,
+            ))
         })?;
         let summary = compare_collapsed(&n, &nc, &i, &ic, &attribution)?;
         println!("collapsed: {summary}");
@@ -1421,7 +1439,7 @@ fn ipvs_exporter_reports_what_node_exporter_reports() {
     conns += 3;
     settle(&node, conns);
     step("more traffic sent, counters settled");
-    let (n2, i2) = compare_all(&lab, &node, &ipvs, &attribution, "after more traffic");
+    let (n2, i2) = compare_all(&lab, &node, &ipvs, "after more traffic");
     for name in TOTALS {
         assert!(
             total(&n2, name) > total(&n1, name),
