@@ -30,9 +30,10 @@
 //! to know which line comes before each SCTP service (the order is the
 //! kernel's hash order) at each comparison, between two node_exporter
 //! scrapes that agree: from 7.1 the kernel resizes a namespace's service
-//! table with its load, which can change the order after a first read. It gives the SCTP real servers a port of their own
-//! ([`SCTP_PORT`]) so that node_exporter cannot sum them into another
-//! service's real server, and prints what node_exporter made of them.
+//! table with its load, which can change the order after a first read. It
+//! gives the SCTP real servers a port of their own ([`SCTP_PORT`]) so that
+//! node_exporter cannot sum them into another service's real server, and
+//! prints what node_exporter made of them.
 //!
 //! The scrapes are plain HTTP/1.1 GETs over `std::net::TcpStream` (from a
 //! thread inside the router's namespace for node_exporter); the text is
@@ -1257,7 +1258,6 @@ fn compare_all(lab: &Lab, node: &Exporter, ipvs: &Exporter, round: &str) -> (Ser
             Ok((n, (i, want, attribution)))
         })
     });
-    let attribution = &attribution;
     // The extras exist for every service and real server the kernel has
     // (compare_counters), and for the same real servers as node_ipvs_*.
     let backends: BTreeSet<&Labels> = want
@@ -1274,7 +1274,7 @@ fn compare_all(lab: &Lab, node: &Exporter, ipvs: &Exporter, round: &str) -> (Ser
         backends, node_backends,
         "{round}: ipvs_backend_* and node_ipvs_backend_* of ipvs-exporter name the same real servers"
     );
-    let lines = check_sctp(&n, &i, attribution)
+    let lines = check_sctp(&n, &i, &attribution)
         .unwrap_or_else(|e| panic!("{round}: SCTP real servers:\n{e}"));
     let in_kernel = want
         .keys()
