@@ -1,6 +1,7 @@
 //! Codec cost on host, no kernel: decoding a dump of 10,000 services into
 //! `ServiceSnapshot`s (streaming from the bytes, and through the lossless
-//! `IpvsMessage`), and encoding 10,000 NEW_DEST requests.
+//! `IpvsMessage`) and into their settings alone (what a verifying sync's
+//! service check decodes), and encoding 10,000 NEW_DEST requests.
 //!
 //! The dump is made from a real kernel reply (the `list-svcs` step of the
 //! newest 6.1 fixture in `tests/fixtures/`): its messages are replicated with
@@ -17,7 +18,7 @@
 //! instructions, which do not depend on how busy the machine is:
 //! `valgrind --tool=callgrind` on the bench binary, then
 //! `callgrind_annotate --inclusive=yes` gives the cost of `decode_dump`,
-//! `decode_dump_lossless` and `encode_dests`.
+//! `decode_dump_settings`, `decode_dump_lossless` and `encode_dests`.
 
 #[path = "../tests/fixtures/capture.rs"]
 mod capture;
@@ -31,7 +32,7 @@ use ipvsctl::batch::Write;
 use ipvsctl::codec::attr::{IpvsAttr, RawAddr, ServiceAttr};
 use ipvsctl::codec::frame::{self, FrameBody};
 use ipvsctl::codec::{IpvsMessage, reply, request};
-use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, ServiceSnapshot};
+use ipvsctl::model::{ForwardMethod, RealServer, ServiceKey, ServiceSnapshot, VirtualServer};
 use netlink_packet_core::Emitable;
 
 /// The kernel's largest dump datagram on x86-64 (32 KiB skbs for dumps).
@@ -143,6 +144,23 @@ fn decode_dump(datagrams: &[Vec<u8>]) -> Vec<ServiceSnapshot> {
             let f = f.expect("frame");
             if let FrameBody::Data(body) = f.body {
                 out.push(reply::service_from_body(body).expect("service"));
+            }
+        }
+    }
+    out
+}
+
+/// The same dump as a verifying sync's service check reads it: each message
+/// decoded into the service's settings alone, its statistics skipped
+/// (`reply::virtual_server_from_body`).
+#[inline(never)]
+fn decode_dump_settings(datagrams: &[Vec<u8>]) -> Vec<VirtualServer> {
+    let mut out = Vec::with_capacity(10_000);
+    for d in datagrams {
+        for f in frame::frames(d) {
+            let f = f.expect("frame");
+            if let FrameBody::Data(body) = f.body {
+                out.push(reply::virtual_server_from_body(body).expect("service"));
             }
         }
     }
@@ -286,6 +304,12 @@ fn main() {
         decoded,
         "both decoders agree"
     );
+    let settings: Vec<VirtualServer> = decoded.iter().map(|s| s.service.clone()).collect();
+    assert_eq!(
+        decode_dump_settings(&datagrams),
+        settings,
+        "the settings decoder agrees"
+    );
     let (key, rs) = dest_requests(n);
     let mut buf = Vec::with_capacity(DATAGRAM);
     assert!(encode_dests(&key, &rs, &mut buf) > 0, "requests encoded");
@@ -306,6 +330,9 @@ fn main() {
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function(format!("decode dump of {n} services"), |b| {
         b.iter(|| decode_dump(black_box(&datagrams)))
+    });
+    g.bench_function(format!("decode dump of {n} services, settings only"), |b| {
+        b.iter(|| decode_dump_settings(black_box(&datagrams)))
     });
     g.bench_function(format!("decode dump of {n} services, lossless"), |b| {
         b.iter(|| decode_dump_lossless(black_box(&datagrams)))
