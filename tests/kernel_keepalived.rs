@@ -424,10 +424,12 @@ const CASES: &[Case] = &[
         // real server's weight), so after a timeout at a dynamic weight
         // the next exit status gives a stale weight. The timeout here comes
         // at exit status 0 (no offset), where every reading agrees; and
-        // misc_timeout is 5 s, so that a script slowed by a loaded guest
+        // misc_timeout is 10 s, so that a script slowed by a loaded guest
         // does not time out at a dynamic weight in the other phases (at 2 s
         // one run on a loaded host ended a phase with one side at weight 5
-        // for exit status 2, the weight this leftover offset gives).
+        // for exit status 2, the weight this leftover offset gives; at 5 s
+        // keepalived's own scripts timed out so once on 6.12 with two
+        // guests running, and keepalived ended the phase at weight 5).
         phases: &[
             Phase {
                 name: "start",
