@@ -88,6 +88,9 @@ const RELOOK: Duration = Duration::from_secs(1);
 const START_DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on each later phase.
 const PHASE_DEADLINE: Duration = Duration::from_secs(45);
+/// Configurations that differed with all of them running that are run
+/// again alone, at most.
+const RUN_AGAIN_AT_MOST: usize = 3;
 /// Bound on a daemon's exit after SIGTERM.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// The connection timeouts of a namespace nobody set them in.
@@ -1391,7 +1394,7 @@ fn keepalived_lite_builds_the_tables_keepalived_builds() {
         lite.display()
     );
     let t0 = Instant::now();
-    let runs: Vec<(&str, JoinHandle<Result<String, String>>)> = CASES
+    let runs: Vec<(&Case, JoinHandle<Result<String, String>>)> = CASES
         .iter()
         .map(|case| {
             let (lite, reference) = (lite.clone(), reference.clone());
@@ -1399,22 +1402,44 @@ fn keepalived_lite_builds_the_tables_keepalived_builds() {
                 .name(case.file.to_owned())
                 .spawn(move || run_case(case, &lite, &reference))
                 .expect("spawn");
-            (case.file, h)
+            (case, h)
         })
         .collect();
+    let mut differed = Vec::new();
     let mut failures = Vec::new();
-    for (file, h) in runs {
+    for (case, h) in runs {
         match h.join() {
             Ok(Ok(line)) => eprintln!("ok: {line}"),
-            Ok(Err(report)) => failures.push(report),
+            Ok(Err(report)) => differed.push((case, report)),
             Err(panic) => {
                 let msg = panic
                     .downcast_ref::<String>()
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
-                failures.push(format!("=== {file}: panicked: {msg}"));
+                failures.push(format!("=== {}: panicked: {msg}", case.file));
             }
+        }
+    }
+    // Every configuration runs at once (nine: eighteen daemons and their
+    // checks) in a two-CPU guest under emulation. There keepalived's own
+    // timers can fire many seconds late ("A thread timer expired 15.4
+    // seconds ago") and its check scripts time out, which no table can be
+    // compared against. A configuration that differed runs again alone; a
+    // real difference differs again, and both reports are kept. More than
+    // RUN_AGAIN_AT_MOST differing is not a slow moment: they fail as they
+    // are (and the test's time stays bounded).
+    if differed.len() > RUN_AGAIN_AT_MOST {
+        failures.extend(differed.drain(..).map(|(_, report)| report));
+    }
+    for (case, first) in differed {
+        eprintln!(
+            "{}: differed with every configuration running, run again alone:\n{first}",
+            case.file
+        );
+        match run_case(case, &lite, &reference) {
+            Ok(line) => eprintln!("ok alone: {line}"),
+            Err(again) => failures.push(format!("{first}\n=== run again alone:\n{again}")),
         }
     }
     eprintln!(
