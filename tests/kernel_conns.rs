@@ -168,10 +168,11 @@ fn table(table: &ConnTable) -> Vec<Connection> {
 
 /// The table of `t`, read again (at most 10 reads) while a read lists some
 /// connection twice. The kernel lists the file a page per `read()` and finds
-/// where to go on by counting entries of the host-wide hash table, so an
-/// entry made in any namespace between two reads (this binary's other tests
-/// make flows beside this one) lists the last entries again; returns the
-/// last read, so a listing that always repeats an entry still fails.
+/// where to go on by counting entries again (up to 6.12 those of a hash
+/// table shared by all namespaces), so an entry made between two reads
+/// (this binary's other tests make flows beside this one) lists the last
+/// entries again; returns the last read, so a listing that always repeats
+/// an entry still fails.
 fn distinct_table(t: &ConnTable) -> Vec<Connection> {
     let key = |c: &Connection| (c.protocol, c.client, c.virtual_addr, c.real);
     let mut entries = table(t);

@@ -20,11 +20,12 @@
 //! [`ConnError::Parse`] naming the line and the field, never a panic.
 //!
 //! A listing is not a snapshot: the kernel serves the file a page per read
-//! and resumes by counting entries of a table shared by all namespaces, so
-//! connections made or dropped anywhere on the host while the file is read
-//! can make it repeat or skip entries (as `ipvsadm -Lc` does). Entries are
-//! yielded as printed; a consumer that must not count one twice removes
-//! repeats by protocol, client, virtual address and real server.
+//! and resumes by counting entries again (up to 6.12 in a table shared by
+//! all namespaces), so connections made or dropped while the file is read
+//! (before 7.x anywhere on the host) can make it repeat or skip entries, as
+//! `ipvsadm -Lc` does. Entries are yielded as printed; a consumer that must
+//! not count one twice removes repeats by protocol, client, virtual address
+//! and real server.
 //!
 //! ```no_run
 //! use ipvsctl::conns::{ConnState, ConnTable};
