@@ -107,32 +107,7 @@ fn save(ns: &TestNetns) -> String {
     ok(ns, Tool::Ipvsadm, "-S -n")
 }
 
-/// Every listing mode that must be byte-identical.
-const LISTINGS: &[&str] = &[
-    "-Ln",
-    "-L -n",
-    "-l -n",
-    "--list --numeric",
-    "-Ln --stats",
-    "-Ln --rate",
-    "-Ln --stats --exact",
-    "-Ln --rate --exact",
-    "-Ln --thresholds",
-    "-Ln --persistent-conn",
-    "-Ln --tun-info",
-    "-Ln --nosort",
-    "-Ln --sort",
-    "-S -n",
-    "-Sn",
-    "-L -n --timeout",
-    "-L --daemon",
-];
-
-/// One mode of each output [`LISTINGS`] has that depends on the table: its
-/// other spellings of a mode (`-L -n`, `-Sn`, ...) and the modes that do not
-/// list the table (`--timeout`, `--daemon`) print nothing more for a large
-/// table than for a small one, and each listing of a large one takes about
-/// a second per tool in the guest.
+/// One spelling of each listing mode whose output depends on the table.
 const TABLE_LISTINGS: &[&str] = &[
     "-Ln",
     "-Ln --stats",
@@ -147,18 +122,47 @@ const TABLE_LISTINGS: &[&str] = &[
     "-S -n",
 ];
 
-/// Lists `ns` with both tools in every mode of `modes` (good command lines:
-/// [`LISTINGS`] or [`TABLE_LISTINGS`]) plus `extra` single-service
-/// listings, and asserts byte identity; returns ipvsadm's output of each
-/// mode (the callers compare these rather than list the table again).
+/// The other listings that must be byte-identical: other spellings of
+/// [`TABLE_LISTINGS`] and the modes that do not list the table. They print
+/// nothing more for a large table than for a small one, and each listing of
+/// a large one takes about a second per tool in the guest, so only the
+/// table of every kind of service is listed in these too.
+const OTHER_LISTINGS: &[&str] = &[
+    "-L -n",
+    "-l -n",
+    "--list --numeric",
+    "-Sn",
+    "-L -n --timeout",
+    "-L --daemon",
+];
+
+/// Which listings [`assert_listings_identical`] compares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Modes {
+    /// [`TABLE_LISTINGS`].
+    Table,
+    /// [`TABLE_LISTINGS`] and [`OTHER_LISTINGS`].
+    Every,
+}
+
+/// Lists `ns` with both tools in every mode of `modes` (good command lines)
+/// plus `extra` single-service listings, and asserts byte identity; returns
+/// ipvsadm's output of each mode (the callers compare these rather than
+/// list the table again).
 fn assert_listings_identical(
     ns: &TestNetns,
-    modes: &[&str],
+    modes: Modes,
     extra: &[&str],
 ) -> BTreeMap<String, String> {
+    let others = if modes == Modes::Every {
+        OTHER_LISTINGS
+    } else {
+        &[]
+    };
+    let good = |args: &str| TABLE_LISTINGS.contains(&args) || others.contains(&args);
     let mut failures = String::new();
     let mut by_mode = BTreeMap::new();
-    for args in modes.iter().chain(extra) {
+    for args in TABLE_LISTINGS.iter().chain(others).chain(extra) {
         let a = run(ns, Tool::Ipvsadm, &words(args), None);
         let b = run(ns, Tool::Lite, &words(args), None);
         if a != b {
@@ -175,7 +179,7 @@ fn assert_listings_identical(
     for (args, a) in by_mode {
         // `modes` are all good command lines; `extra` may list a missing
         // service, which must only fail alike.
-        if modes.contains(&args.as_str()) {
+        if good(&args) {
             assert_eq!(a.status, Some(0), "ipvsadm {args}: {a:?}");
         }
         listed.insert(args, a.stdout);
@@ -268,8 +272,8 @@ fn rules_made_by_either_tool_list_identically_in_every_mode() {
         "-L -n --sctp-service 10.0.0.9:99",
         "-L -n -t 10.0.0.99:80",
     ];
-    let la = assert_listings_identical(&a, LISTINGS, &single);
-    let lb = assert_listings_identical(&b, LISTINGS, &single);
+    let la = assert_listings_identical(&a, Modes::Every, &single);
+    let lb = assert_listings_identical(&b, Modes::Every, &single);
     assert_eq!(la["-Ln"], lb["-Ln"], "the two tools made different tables");
     assert_eq!(la["-S -n"], lb["-S -n"]);
     assert_eq!(la["-Ln --thresholds"], lb["-Ln --thresholds"]);
@@ -503,9 +507,9 @@ fn saved_rules_restore_across_tools() {
     let r = run(&into_ipvsadm, Tool::Ipvsadm, &["-R"], Some(&by_lite));
     assert_eq!(r.status, Some(0), "{r:?}");
 
-    let want = assert_listings_identical(&reference, TABLE_LISTINGS, &[]);
-    let lite = assert_listings_identical(&into_lite, TABLE_LISTINGS, &[]);
-    let ipvsadm = assert_listings_identical(&into_ipvsadm, TABLE_LISTINGS, &[]);
+    let want = assert_listings_identical(&reference, Modes::Table, &[]);
+    let lite = assert_listings_identical(&into_lite, Modes::Table, &[]);
+    let ipvsadm = assert_listings_identical(&into_ipvsadm, Modes::Table, &[]);
     for args in ["-Ln", "-Ln --thresholds", "-Ln --tun-info", "-S -n"] {
         assert_eq!(lite[args], want[args], "{args}");
         assert_eq!(ipvsadm[args], want[args], "{args}");
@@ -568,8 +572,8 @@ fn a_thousand_services_list_identically() {
     assert_eq!(r.status, Some(0), "{r:?}");
     let r = run(&b, Tool::Lite, &["-R"], Some(&rules));
     assert_eq!(r.status, Some(0), "{r:?}");
-    let la = assert_listings_identical(&a, TABLE_LISTINGS, &[]);
-    let lb = assert_listings_identical(&b, TABLE_LISTINGS, &[]);
+    let la = assert_listings_identical(&a, Modes::Table, &[]);
+    let lb = assert_listings_identical(&b, Modes::Table, &[]);
     assert_eq!(la["-Ln"].lines().count(), 3 + 1000 * 4, "{}", la["-Ln"]);
     // The same table in both namespaces. (Not the same -Ln bytes: ipvsadm's
     // wrapping comparison is not a total order, so its sorted output depends
