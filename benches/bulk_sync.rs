@@ -90,6 +90,17 @@
 //!   turns (as many as the pairs), each turn starting with the next size;
 //!   the summary gives the median (min-max) of sync / raw replay per size.
 //!
+//! * `bounds` (only when `IPVSCTL_BENCH_PARTS` names `bounds`; see
+//!   `bulk_sync/bounds.rs`) — the least any service check or one-change
+//!   update must do next to the library, in turns: the service dump walked,
+//!   decoded and compared in place on one thread, and walked or decoded
+//!   behind a helper thread that already runs, against the raw dump and the
+//!   library's dump check (`IPVSCTL_BENCH_CHECK_TURNS`, default 15); the
+//!   `SET_DEST` encoded from the typed real server, `Handle::update_destination`
+//!   and `Syncer::sync_changes` against the raw replay
+//!   (`IPVSCTL_BENCH_INCR_PAIRS` turns). The summary gives each case's
+//!   median (min-max) ratio to the raw floor.
+//!
 //! Peak memory of a sync at the largest size is measured in a child process (this
 //! binary re-executed): `VmHWM` of a process that builds the desired state,
 //! opens a handle, syncs cold, clears the desired state's record of changes
@@ -127,6 +138,9 @@ use ipvsctl::sync::{
 };
 use ipvsctl::unstable::{DumpSize, NlSocket, Protocol};
 use ipvsctl::{Handle, HandleOptions};
+
+#[path = "bulk_sync/bounds.rs"]
+mod bounds;
 
 const DESTS: usize = 10;
 
@@ -982,6 +996,13 @@ fn bench_size(c: &mut Criterion, n: usize) {
                 ));
             }
         }
+    }
+
+    if named_part("bounds") {
+        bounds::check(&ns, n, &mut syncer, &base);
+        let mut desired_now = base.clone();
+        desired_now.clear_changes();
+        bounds::one_change(&ns, n, &h, &mut syncer, &mut desired_now);
     }
 
     if part("incr") {
