@@ -4,9 +4,10 @@
 //! A dump check must at least look at every attribute of every service the
 //! kernel sends; a one-change update must at least encode its request and
 //! read its ACK. These cases do only that, with no library machinery
-//! (socket lanes, the request pipeline, threads made per call), so a bar
-//! that they already miss cannot be met by any design on this machine,
-//! and one they meet with room shows what the library's share is.
+//! (socket lanes, the request pipeline, threads made per call): a bar that
+//! one of them already misses is out of reach, on this machine, of any
+//! reader or writer built the same way, and the distance between them and
+//! the library is the library's own share.
 //!
 //! Service checks, per turn (the order rotates by one each turn):
 //! - `raw`: the floor (`raw_dump`: the dump received, messages counted);
