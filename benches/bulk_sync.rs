@@ -999,7 +999,7 @@ fn bench_size(c: &mut Criterion, n: usize) {
     }
 
     if named_part("bounds") {
-        bounds::check(&ns, n, &mut syncer, &base);
+        bounds::check(&ns, n, &mut raw, &mut syncer, &base);
         let mut desired_now = base.clone();
         desired_now.clear_changes();
         bounds::one_change(&ns, n, &h, &mut syncer, &mut desired_now);

@@ -47,7 +47,7 @@ use ipvsctl::model::{
 use ipvsctl::sync::{DesiredState, ServiceCheck, Syncer, Verify};
 use ipvsctl::unstable::{DumpSize, NlSocket};
 
-use super::{DESTS, Ns, dest_addr, note, open_socket, service_key, spread};
+use super::{DESTS, Ns, RawRead, dest_addr, note, open_socket, service_key, spread};
 
 /// What this thread does with each data message of the dump.
 #[derive(Clone, Copy)]
@@ -199,7 +199,8 @@ fn one_thread(sock: &mut NlSocket, req: &[u8], how: Look) -> usize {
 /// it, it sends the request and hands every datagram of the answer over
 /// whole, in a buffer that comes back to it; `None` ends the answer.
 struct Standing {
-    go: mpsc::Sender<Vec<u8>>,
+    /// Dropped first, which ends the thread's loop.
+    go: Option<mpsc::Sender<Vec<u8>>>,
     datagrams: mpsc::Receiver<Option<Vec<u8>>>,
     back: mpsc::Sender<Vec<u8>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -229,7 +230,7 @@ impl Standing {
             }
         });
         Standing {
-            go,
+            go: Some(go),
             datagrams,
             back,
             thread: Some(thread),
@@ -237,7 +238,8 @@ impl Standing {
     }
 
     fn dump(&self, req: &[u8], how: Look) -> usize {
-        self.go.send(req.to_vec()).expect("wake");
+        let go = self.go.as_ref().expect("running");
+        go.send(req.to_vec()).expect("wake");
         let mut n = 0;
         while let Some(d) = self.datagrams.recv().expect("datagram") {
             n += look_all(how, &d).0;
@@ -249,8 +251,7 @@ impl Standing {
 
 impl Drop for Standing {
     fn drop(&mut self) {
-        let (go, _) = mpsc::channel();
-        drop(std::mem::replace(&mut self.go, go));
+        self.go = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -282,13 +283,16 @@ fn report(what: &str, names: &[&str], times: &[Vec<Duration>]) {
 }
 
 /// The service-check bounds at `n` services (table already synced).
-pub(super) fn check(ns: &Ns, n: usize, syncer: &mut Syncer<&Handle>, base: &DesiredState) {
+/// The one-thread cases read on the floor's own socket, with its request.
+pub(super) fn check(
+    ns: &Ns,
+    n: usize,
+    raw: &mut RawRead,
+    syncer: &mut Syncer<&Handle>,
+    base: &DesiredState,
+) {
     let turns: usize = super::env_num("IPVSCTL_BENCH_CHECK_TURNS", 15);
-    let family = ns.handle().family_id();
-    let mut req = Vec::new();
-    frame::encode_request(&mut req, &request::dump_services(), family, 1, 0).expect("encode");
-    frame::set_flags(&mut req, frame::NLM_F_REQUEST | frame::NLM_F_DUMP);
-    let mut sock = open_socket(&ns.netns(), DumpSize::Large).expect("socket");
+    let (sock, req) = (&mut raw.services, raw.service_dump.as_slice());
     let standing = Standing::new(open_socket(&ns.netns(), DumpSize::Large).expect("socket"));
     syncer.options_mut().service_check = ServiceCheck::Dump;
     let memory: HashMap<ServiceKey, VirtualServer> = base
@@ -305,12 +309,12 @@ pub(super) fn check(ns: &Ns, n: usize, syncer: &mut Syncer<&Handle>, base: &Desi
             let case = (turn + k) % names.len();
             let t = Instant::now();
             let got = match case {
-                0 => super::raw_dump(&mut sock, &req),
-                1 => one_thread(&mut sock, &req, Look::Walk),
-                2 => one_thread(&mut sock, &req, Look::Decode),
-                3 => one_thread(&mut sock, &req, Look::Compare(&memory)),
-                4 => standing.dump(&req, Look::Walk),
-                5 => standing.dump(&req, Look::Decode),
+                0 => super::raw_dump(sock, req),
+                1 => one_thread(sock, req, Look::Walk),
+                2 => one_thread(sock, req, Look::Decode),
+                3 => one_thread(sock, req, Look::Compare(&memory)),
+                4 => standing.dump(req, Look::Walk),
+                5 => standing.dump(req, Look::Decode),
                 _ => {
                     let r = syncer.sync(base, Verify::Services).expect("resync");
                     assert_eq!(r.writes_sent, 0);
