@@ -37,6 +37,7 @@ const COUNTS: u8 = 2;
 pub(super) type AddrOrder = (bool, [u8; 16], u16);
 
 /// Where `addr` sorts among packed real servers.
+#[inline]
 pub(super) fn addr_order(addr: &SocketAddr) -> AddrOrder {
     let (v6, ip) = ip_bytes(addr.ip());
     (v6, ip, addr.port())
@@ -82,12 +83,14 @@ impl PackedDest {
         SocketAddr::new(ip, self.port)
     }
 
+    #[inline]
     pub(super) fn order(&self) -> AddrOrder {
         (self.bits & IPV6 != 0, self.ip, self.port)
     }
 
     /// Whether this is the real server `rs` (connection counts aside),
     /// without unpacking it.
+    #[inline]
     pub(super) fn is(&self, rs: &RealServer) -> bool {
         let same_addr = match rs.addr {
             SocketAddr::V4(a) => self.bits & IPV6 == 0 && self.ip[..4] == a.ip().octets(),

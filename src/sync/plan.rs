@@ -1,6 +1,7 @@
 //! The plan: pure code that turns (desired, observed, scope, options) into
 //! the ordered write operations that make the kernel equal the desired state.
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::drain::DrainsAt;
+use super::packed::{PackedDest, addr_order};
 use super::parts::Fill;
 use super::state::{DesiredService, DesiredState, Observed, ObservedDest, ObservedService};
 use crate::batch::Write;
@@ -551,49 +553,76 @@ fn diff_dests(
     options: PlanOptions,
     drains: DrainsAt<'_>,
 ) {
-    // The usual resync: the kernel has the desired real servers, none to
-    // update whatever the options (kept weights equal the desired ones).
-    if have.has_exactly(want) {
-        p.counts.destinations.unchanged += want.len();
+    // Compared packed, as memory keeps them: only a real server that
+    // differs is unpacked. Desired addresses are plain (validated), so
+    // their packed order is their order. A real server the kernel has as
+    // desired needs no update whatever the options (kept weights equal the
+    // desired ones), and is the usual case: the walk compares addresses
+    // only where the two lists part.
+    let have = have.packed();
+    let same = have.iter().zip(want).take_while(|(h, w)| h.is(w)).count();
+    p.counts.destinations.unchanged += same;
+    if same == want.len() && same == have.len() {
         return;
     }
-    let mut have = have.destinations().peekable();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
-    let mut i = 0;
+    let (mut i, mut j) = (same, same);
     loop {
-        let w = want.get(i);
-        let h = have.peek();
-        match (w, h) {
-            (Some(w), Some(h)) if w.addr == h.server.addr => {
-                let target = kept_weight(key, w, &h.server, options, drains);
-                if target == h.server {
+        let step = match (want.get(i), have.get(j)) {
+            (None, None) => break,
+            (Some(w), Some(h)) if h.is(w) => Step::Same,
+            (Some(w), Some(h)) => match addr_order(&w.addr).cmp(&h.order()) {
+                Ordering::Equal => Step::Differs(w, h),
+                Ordering::Less => Step::Add(w),
+                Ordering::Greater => Step::Remove(h),
+            },
+            (Some(w), None) => Step::Add(w),
+            (None, Some(h)) => Step::Remove(h),
+        };
+        match step {
+            Step::Same => {
+                p.counts.destinations.unchanged += 1;
+                i += 1;
+                j += 1;
+            }
+            Step::Differs(w, h) => {
+                let h = h.unpack().server;
+                let target = kept_weight(key, w, &h, options, drains);
+                if target == h {
                     p.counts.destinations.unchanged += 1;
                 } else {
                     updates.push(Write::UpdateDestination(key, target));
                     p.counts.destinations.updated += 1;
                 }
                 i += 1;
-                have.next();
+                j += 1;
             }
-            (Some(w), Some(h)) if w.addr < h.server.addr => {
+            Step::Add(w) => {
                 adds.push(Write::AddDestination(key, *w));
                 p.counts.destinations.added += 1;
                 i += 1;
             }
-            (Some(w), None) => {
-                adds.push(Write::AddDestination(key, *w));
-                p.counts.destinations.added += 1;
-                i += 1;
+            Step::Remove(h) => {
+                remove_dest(p, key, &h.unpack(), options, drains);
+                j += 1;
             }
-            (_, Some(h)) => {
-                remove_dest(p, key, h, options, drains);
-                have.next();
-            }
-            (None, None) => break,
         }
     }
     p.writes.append(&mut updates);
     p.writes.append(&mut adds);
+}
+
+/// One step of the walk through desired and remembered real servers, both
+/// in address order.
+enum Step<'a> {
+    /// Desired and remembered as desired.
+    Same,
+    /// Desired, and remembered with other settings.
+    Differs(&'a RealServer, &'a PackedDest),
+    /// Desired only.
+    Add(&'a RealServer),
+    /// Remembered only.
+    Remove(&'a PackedDest),
 }
 
 /// What an existing, desired real server is to be made: as desired, or,
@@ -1068,6 +1097,94 @@ mod tests {
             proptest::prop_assert_eq!(&marked.claims, &compared.claims);
             proptest::prop_assert_eq!(&marked.fills, &compared.fills);
             proptest::prop_assert_eq!(marked.counts, compared.counts);
+        }
+
+        /// The real servers of a service plan as the set of their addresses
+        /// says, whatever the families, weights, connection counts and
+        /// options: each address only remembered goes (or drains), then each
+        /// one desired and remembered otherwise is updated, then each one
+        /// only desired is added, each kind in address order.
+        #[test]
+        fn real_servers_plan_as_their_addresses_say(
+            want in proptest::collection::btree_map(0u8..12, (0u32..3, proptest::bool::ANY), 0..8),
+            have in proptest::collection::btree_map(
+                0u8..12,
+                (0u32..3, proptest::bool::ANY, proptest::option::of((0u32..2, 0u32..2))),
+                0..8,
+            ),
+            graceful in proptest::bool::ANY,
+            keep_weights in proptest::bool::ANY,
+        ) {
+            // IPv4 and IPv6 addresses mixed, so that their order is tried.
+            let addr = |i: u8| -> SocketAddr {
+                if i.is_multiple_of(3) {
+                    format!("[2001:db8::{i}]:80").parse().unwrap()
+                } else {
+                    format!("10.244.0.{i}:{}", 8080 + u16::from(i % 2)).parse().unwrap()
+                }
+            };
+            // An IPv6 real server of this IPv4 service is reached through
+            // a tunnel (the kernel refuses other forwarding across families).
+            let server = |i: u8, weight: u32, masq: bool| {
+                use crate::model::{ForwardMethod, Tunnel};
+                let rs = RealServer::new(addr(i)).with_weight(weight);
+                match (i.is_multiple_of(3), masq) {
+                    (true, _) => rs.with_forward(ForwardMethod::Tunnel(Tunnel::IPIP)),
+                    (false, true) => rs.with_forward(ForwardMethod::Masquerade),
+                    (false, false) => rs,
+                }
+            };
+            let want: Vec<RealServer> =
+                want.iter().map(|(&i, &(w, masq))| server(i, w, masq)).collect();
+            let have: Vec<ObservedDest> = have
+                .iter()
+                .map(|(&i, &(w, masq, conns))| ObservedDest {
+                    server: server(i, w, masq),
+                    conns: conns.map(|(a, n)| ConnCounts::new(a, n, 0)),
+                })
+                .collect();
+            let options = PlanOptions {
+                graceful_termination: graceful,
+                keep_weights,
+                ..PlanOptions::default()
+            };
+            let planned = plan_one(&want, &have, options, DrainsAt::NONE);
+
+            let mut expected = Plan::default();
+            let by_addr = |l: &mut Vec<SocketAddr>| l.sort();
+            let mut addrs: Vec<SocketAddr> =
+                want.iter().map(|r| r.addr).chain(have.iter().map(|d| d.server.addr)).collect();
+            by_addr(&mut addrs);
+            addrs.dedup();
+            let (mut updates, mut adds) = (Vec::new(), Vec::new());
+            for a in addrs {
+                let w = want.iter().find(|r| r.addr == a);
+                let h = have.iter().find(|d| d.server.addr == a);
+                match (w, h) {
+                    (Some(w), Some(h)) => {
+                        let target = kept_weight(key(1), w, &h.server, options, DrainsAt::NONE);
+                        if target == h.server {
+                            expected.counts.destinations.unchanged += 1;
+                        } else {
+                            updates.push(Write::UpdateDestination(key(1), target));
+                            expected.counts.destinations.updated += 1;
+                        }
+                    }
+                    (Some(w), None) => {
+                        adds.push(Write::AddDestination(key(1), *w));
+                        expected.counts.destinations.added += 1;
+                    }
+                    (None, Some(h)) => remove_dest(&mut expected, key(1), h, options, DrainsAt::NONE),
+                    (None, None) => {}
+                }
+            }
+            expected.writes.extend(updates);
+            expected.writes.extend(adds);
+            expected.counts.services.unchanged = 1;
+            proptest::prop_assert_eq!(&planned.writes, &expected.writes);
+            proptest::prop_assert_eq!(planned.counts, expected.counts);
+            proptest::prop_assert_eq!(&planned.drain_ends, &expected.drain_ends);
+            proptest::prop_assert_eq!(&planned.waiting, &expected.waiting);
         }
     }
 }

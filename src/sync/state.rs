@@ -456,6 +456,12 @@ impl ObservedService {
         self.dests.iter().map(PackedDest::unpack)
     }
 
+    /// The real servers as memory keeps them, in address order (for the
+    /// plan, which compares them without unpacking each).
+    pub(super) fn packed(&self) -> &[PackedDest] {
+        &self.dests
+    }
+
     /// The real server with this address.
     pub fn destination(&self, addr: &SocketAddr) -> Option<ObservedDest> {
         self.find(addr).ok().map(|i| self.dests[i].unpack())
