@@ -59,7 +59,7 @@ pub(crate) trait Kernel {
 pub(crate) struct HandleKernel<'a, H: Borrow<Handle>> {
     pub(crate) handle: &'a H,
     pub(crate) readers: &'a mut Vec<Handle>,
-    pub(crate) writer: &'a mut Option<Writer>,
+    pub(crate) writer: &'a mut Option<Box<Writer>>,
 }
 
 impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
@@ -107,6 +107,7 @@ impl<H: Borrow<Handle>> Kernel for HandleKernel<'_, H> {
         let mut writer = match self.writer.take() {
             Some(w) => w,
             None => Writer::open(self.handle.borrow())
+                .map(Box::new)
                 .map_err(|e| Error::io(Operation::OpenSyncSocket, e))?,
         };
         let sent = writer

@@ -1,5 +1,6 @@
 //! The hashing of the syncer's own tables of services: memory, the desired
-//! state's index and the keys a dump listed.
+//! state's index and record of changes, the keys a dump listed, the
+//! services whose state is unknown and the rolling verification record.
 //!
 //! A resync looks every service up in several tables while the kernel dumps
 //! the next part of the table, and with the standard library's SipHash the

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::drain::DrainsAt;
+use super::key_hash::KeyHashing;
 use super::packed::{PackedDest, addr_order};
 use super::parts::Fill;
 use super::state::{DesiredService, DesiredState, Observed, ObservedDest, ObservedService};
@@ -436,7 +437,8 @@ pub(crate) fn plan_services_ordered(
     let mut p = Plan::default();
     // A few keys (one change, the usual case) are checked for repeats
     // against those before them, without a set to build and hash into.
-    let mut seen = HashSet::with_capacity(if keys.len() > FEW_KEYS { keys.len() } else { 0 });
+    let room = if keys.len() > FEW_KEYS { keys.len() } else { 0 };
+    let mut seen = HashSet::with_capacity_and_hasher(room, KeyHashing::default());
     let mut gone = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         let repeated = if keys.len() > FEW_KEYS {
@@ -565,7 +567,13 @@ fn diff_dests(
     if same == want.len() && same == have.len() {
         return;
     }
+    // Updates go after the removals, adds after the updates. The updates
+    // are written straight into the plan (from `updates_at` on) until a
+    // removal comes after one: then they are moved aside (`updates`) and
+    // appended at the end. Most changes remove nothing and need no list.
+    let mut updates_at = p.writes.len();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
+    let mut aside = false;
     let (mut i, mut j) = (same, same);
     loop {
         let step = match (want.get(i), have.get(j)) {
@@ -591,7 +599,12 @@ fn diff_dests(
                 if target == h {
                     p.counts.destinations.unchanged += 1;
                 } else {
-                    updates.push(Write::UpdateDestination(key, target));
+                    let update = Write::UpdateDestination(key, target);
+                    if aside {
+                        updates.push(update);
+                    } else {
+                        p.writes.push(update);
+                    }
                     p.counts.destinations.updated += 1;
                 }
                 i += 1;
@@ -603,7 +616,12 @@ fn diff_dests(
                 i += 1;
             }
             Step::Remove(h) => {
+                if !aside && p.writes.len() > updates_at {
+                    updates = p.writes.split_off(updates_at);
+                    aside = true;
+                }
                 remove_dest(p, key, &h.unpack(), options, drains);
+                updates_at = p.writes.len();
                 j += 1;
             }
         }
@@ -787,7 +805,7 @@ mod tests {
                 assert_eq!(apart.claims, claims);
                 // The real servers of added services written out where they
                 // stand.
-                let none = HashSet::new();
+                let none = HashSet::default();
                 let sent: Vec<Write> =
                     Parts::new(apart.writes, apart.fills, &desired, &none, usize::MAX)
                         .flatten()

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 
+use super::key_hash::KeyHashing;
 use crate::model::ServiceKey;
 
 /// The rolling verification record of a syncer.
@@ -27,10 +28,10 @@ pub(crate) struct Rolling {
     /// Kept from the first rolling sync on (before it, nothing is recorded
     /// and the map takes no memory); a managed service without an entry
     /// counts as verified in round 0.
-    verified: HashMap<ServiceKey, u64>,
+    verified: HashMap<ServiceKey, u64, KeyHashing>,
     /// The services the sync under way reads in full, whatever the service
     /// table shows.
-    slice: HashSet<ServiceKey>,
+    slice: HashSet<ServiceKey, KeyHashing>,
 }
 
 impl Rolling {
@@ -65,7 +66,7 @@ impl Rolling {
     }
 
     /// The slice of the sync under way.
-    pub(crate) fn slice(&self) -> &HashSet<ServiceKey> {
+    pub(crate) fn slice(&self) -> &HashSet<ServiceKey, KeyHashing> {
         &self.slice
     }
 
@@ -98,7 +99,7 @@ impl Rolling {
         count: usize,
     ) -> Option<u64> {
         // Its room given back: syncs in between need none.
-        self.slice = HashSet::new();
+        self.slice = HashSet::default();
         if self.verified.len() > count.saturating_mul(2).saturating_add(64) {
             self.verified.retain(|k, _| is_managed(k));
             self.verified.shrink_to_fit();
@@ -122,7 +123,7 @@ impl Rolling {
     /// Forgets what was recorded (the syncer forgot its memory: its next
     /// sync reads everything).
     pub(crate) fn forget(&mut self) {
-        self.verified = HashMap::new();
+        self.verified = HashMap::default();
         self.slice.clear();
     }
 }

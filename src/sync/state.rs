@@ -117,7 +117,7 @@ pub struct DesiredState {
     /// Keys of the services changed since the record was last taken, in the
     /// order of their first change (`changed` holds the same keys).
     changes: Vec<ServiceKey>,
-    changed: HashSet<ServiceKey>,
+    changed: HashSet<ServiceKey, KeyHashing>,
 }
 
 /// Two desired states are equal when they hold the same services in the same
@@ -142,7 +142,7 @@ impl DesiredState {
             services: Vec::with_capacity(services),
             index: HashMap::with_capacity_and_hasher(services, KeyHashing::default()),
             changes: Vec::new(),
-            changed: HashSet::new(),
+            changed: HashSet::default(),
         }
     }
 
@@ -215,17 +215,24 @@ impl DesiredState {
             .index
             .get(&key)
             .ok_or(DesiredError::UnknownService { key })?;
-        let new = validated_destinations(&key, destinations)?;
+        let mut given = destinations.into_iter();
+        let (first, second) = (given.next(), given.next());
         let dests = &mut self.services[i].dests;
-        if new.len() > 8 {
-            // Many at once: one merge of two sorted lists.
-            let old = std::mem::take(dests);
-            *dests = merge_sorted(old, new);
+        if let (Some(rs), None) = (first, second) {
+            // One real server, the usual change of an endpoint: put in
+            // place without a list of them to build.
+            checked_destination(&key, &rs)?;
+            upsert_sorted(dests, rs);
         } else {
-            for rs in new {
-                match dests.binary_search_by_key(&rs.addr, |d| d.addr) {
-                    Ok(j) => dests[j] = rs,
-                    Err(j) => dests.insert(j, rs),
+            let given = first.into_iter().chain(second).chain(given);
+            let new = validated_destinations(&key, given)?;
+            if new.len() > 8 {
+                // Many at once: one merge of two sorted lists.
+                let old = std::mem::take(dests);
+                *dests = merge_sorted(old, new);
+            } else {
+                for rs in new {
+                    upsert_sorted(dests, rs);
                 }
             }
         }
@@ -292,7 +299,7 @@ impl DesiredState {
     /// services the record takes 4.8 MB.
     fn forget_changed(&mut self) {
         if self.changed.capacity() > KEPT_RECORD_ROOM {
-            self.changed = HashSet::new();
+            self.changed = HashSet::default();
         } else if self.changes.len() * 8 < self.changed.capacity() {
             for key in &self.changes {
                 self.changed.remove(key);
@@ -369,11 +376,7 @@ fn validated_destinations(
     let key = *key;
     let mut dests: Vec<RealServer> = destinations.into_iter().collect();
     for rs in &dests {
-        validate_destination(&key, rs).map_err(|source| DesiredError::InvalidDestination {
-            key,
-            server: rs.addr,
-            source,
-        })?;
+        checked_destination(&key, rs)?;
     }
     dests.sort_unstable_by_key(|rs| rs.addr);
     if let Some(w) = dests.windows(2).find(|w| w[0].addr == w[1].addr) {
@@ -383,6 +386,25 @@ fn validated_destinations(
         });
     }
     Ok(dests)
+}
+
+/// Whether the kernel would take `rs` as a real server of the service
+/// `key`.
+fn checked_destination(key: &ServiceKey, rs: &RealServer) -> Result<(), DesiredError> {
+    validate_destination(key, rs).map_err(|source| DesiredError::InvalidDestination {
+        key: *key,
+        server: rs.addr,
+        source,
+    })
+}
+
+/// Puts `rs` into `dests` (sorted by address), replacing the real server
+/// with its address.
+fn upsert_sorted(dests: &mut Vec<RealServer>, rs: RealServer) {
+    match dests.binary_search_by_key(&rs.addr, |d| d.addr) {
+        Ok(j) => dests[j] = rs,
+        Err(j) => dests.insert(j, rs),
+    }
 }
 
 /// Merges two lists sorted by address, unique each; of equal addresses the

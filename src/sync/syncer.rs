@@ -1,7 +1,7 @@
 //! The executor: observe (read or remember), plan, apply pipelined, remember
 //! what the kernel acknowledged, self-heal.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
@@ -598,8 +598,9 @@ pub struct Syncer<H: Borrow<Handle> = Arc<Handle>> {
     handle: H,
     /// Extra sockets for parallel reads.
     readers: Vec<Handle>,
-    /// The write socket (opened on first use).
-    writer: Option<Writer>,
+    /// The write socket (opened on first use). Boxed: every write takes it
+    /// out and puts it back, and it is about 400 bytes to copy each way.
+    writer: Option<Box<Writer>>,
     core: Core,
 }
 
@@ -836,13 +837,12 @@ impl<H: Borrow<Handle>> Syncer<H> {
         desired: &mut DesiredState,
         verify: Verify,
     ) -> Result<SyncReport> {
-        let keys = desired.take_changes();
         let (core, mut kernel) = self.parts();
-        let result = core.sync_services(&mut kernel, desired, &keys, verify);
-        if result.is_err() {
-            for key in keys {
-                desired.record(key);
-            }
+        // The record is read in place and emptied only once the sync has
+        // not failed: it keeps its room for the next changes.
+        let result = core.sync_services(&mut kernel, desired, desired.changes(), verify);
+        if result.is_ok() {
+            desired.clear_changes();
         }
         result
     }
@@ -869,7 +869,7 @@ pub(crate) struct Core {
     /// Whether `memory` covers every managed service (set by a read).
     known: bool,
     /// Services whose kernel state is unknown: read before the next plan.
-    stale: HashSet<ServiceKey>,
+    stale: HashSet<ServiceKey, KeyHashing>,
     /// What the syncer owns, claims and releases.
     pub(crate) ledger: Ledger,
     /// Where the ledger is saved ahead of the writes.
@@ -910,7 +910,7 @@ impl Core {
             options,
             memory: Observed::new(),
             known: false,
-            stale: HashSet::new(),
+            stale: HashSet::default(),
             ledger: Ledger::new(),
             store: None,
             drains: Drains::new(),
@@ -995,9 +995,9 @@ impl Core {
                 .filter(|(_, settled)| !**settled)
                 .map(|(ds, _)| ds.service().key),
         );
-        let plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart, &settled);
+        let mut plan = self.plan_without(desired, &report.conflicts, Order::ClaimsApart, &settled);
         drop(settled);
-        let mut report = self.execute(kernel, desired, plan, report)?;
+        self.execute(kernel, desired, &mut plan, &mut report)?;
         let keys: Vec<ServiceKey> = self.drains.keys().copied().collect();
         self.settle_drains(desired, &keys);
         self.finish_verify(verify, &mut report);
@@ -1022,11 +1022,12 @@ impl Core {
             .filter(|k| self.drains.has_expired(k, self.now, max) && !keys.contains(k))
             .copied()
             .collect();
-        let mut keys: Vec<ServiceKey> = if expired.is_empty() {
-            keys.to_vec()
+        // Borrowed unless more keys join (a change is synced with no copy).
+        let mut keys: Cow<'_, [ServiceKey]> = if expired.is_empty() {
+            Cow::Borrowed(keys)
         } else {
             expired.sort_unstable();
-            keys.iter().copied().chain(expired).collect()
+            Cow::Owned(keys.iter().copied().chain(expired).collect())
         };
         // The rolling slice, taken from every managed service, is synced
         // with the changed services.
@@ -1041,13 +1042,13 @@ impl Core {
                 .copied()
                 .collect();
             slice.sort_unstable();
-            keys.extend(slice);
+            keys.to_mut().extend(slice);
         }
         let mut report = SyncReport::default();
         self.observe_keys(kernel, desired, &keys, verify, &mut report)?;
         self.own_managed(desired, keys.iter().copied());
         let mine = without_conflicts(&keys, &report.conflicts);
-        let plan = plan::plan_services_ordered(
+        let mut plan = plan::plan_services_ordered(
             desired,
             &self.memory,
             &mine,
@@ -1057,7 +1058,7 @@ impl Core {
             Order::ClaimsApart,
             DrainsAt::new(&self.drains, self.now),
         );
-        let mut report = self.execute(kernel, desired, plan, report)?;
+        self.execute(kernel, desired, &mut plan, &mut report)?;
         self.settle_drains(desired, &keys);
         self.finish_verify(verify, &mut report);
         Ok(report)
@@ -1355,16 +1356,16 @@ impl Core {
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
-        plan: Plan,
-        mut report: SyncReport,
-    ) -> Result<SyncReport> {
+        plan: &mut Plan,
+        report: &mut SyncReport,
+    ) -> Result<()> {
         report.planned = plan.counts;
         report.services.unchanged = plan.counts.services.unchanged;
         report.destinations.unchanged = plan.counts.destinations.unchanged;
         report.draining = plan.counts.draining;
-        let retry = self.write_plan(kernel, desired, plan, &mut report, Pass::First)?;
+        let retry = self.write_plan(kernel, desired, plan, report, Pass::First)?;
         if !retry.is_empty() {
-            self.heal(kernel, desired, retry, &mut report);
+            self.heal(kernel, desired, retry, report);
         }
         if !self.flows.is_empty() {
             report.conntrack = Some(self.flows.run(|filters| kernel.forget_flows(filters)));
@@ -1372,9 +1373,9 @@ impl Core {
         let saved = self.save();
         self.ledger.shrink();
         if let Err(e) = saved {
-            err_or_report(&mut report, e)?;
+            err_or_report(report, e)?;
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Writes a plan's claims, then the rest; returns the services to
@@ -1384,7 +1385,7 @@ impl Core {
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
-        mut plan: Plan,
+        plan: &mut Plan,
         report: &mut SyncReport,
         pass: Pass,
     ) -> Result<Vec<ServiceKey>> {
@@ -1408,8 +1409,8 @@ impl Core {
             return Ok(Vec::new());
         }
         let mut retry = Vec::new();
-        let mut broken = HashSet::new();
-        let mut withheld = HashSet::new();
+        let mut broken = HashSet::default();
+        let mut withheld = HashSet::default();
         if !claims.is_empty() {
             // Every add that succeeds is remembered: room for them all at
             // once, before the answers come in.
@@ -1441,11 +1442,18 @@ impl Core {
         // Each part is made just before it is sent and dropped once sent,
         // while memory grows by what it did.
         let size = self.options.part_size.get();
-        for part in Parts::new(rest, fills, desired, &withheld, size) {
-            let applied = self.apply(kernel, desired, &part, &ends, report, pass, &mut broken);
+        if fills.is_empty() && withheld.is_empty() && rest.len() <= size {
+            // Nothing to write out of the desired state or to leave out,
+            // and one part (every sync of a few changes): sent as planned.
+            let applied = self.apply(kernel, desired, &rest, &ends, report, pass, &mut broken);
             retry.extend(applied.retry);
-            if applied.socket_failed {
-                break;
+        } else {
+            for part in Parts::new(rest, fills, desired, &withheld, size) {
+                let applied = self.apply(kernel, desired, &part, &ends, report, pass, &mut broken);
+                retry.extend(applied.retry);
+                if applied.socket_failed {
+                    break;
+                }
             }
         }
         retry.sort_unstable();
@@ -1510,7 +1518,7 @@ impl Core {
         ends: &HashMap<(ServiceKey, SocketAddr), DrainEnd>,
         report: &mut SyncReport,
         pass: Pass,
-        broken: &mut HashSet<ServiceKey>,
+        broken: &mut HashSet<ServiceKey, KeyHashing>,
     ) -> Applied {
         let mut applied = Applied::default();
         if ops.is_empty() {
@@ -1599,7 +1607,7 @@ impl Core {
             Some(Write::AddService(vs) | Write::UpdateService(vs)) if !healable(e) => Some(vs.key),
             _ => None,
         }));
-        let mut retry = HashSet::new();
+        let mut retry: HashSet<ServiceKey, KeyHashing> = HashSet::default();
         for (index, error) in failed {
             let Some(op) = ops.get(index) else {
                 // Every answer names one of `ops`.
@@ -1685,10 +1693,11 @@ impl Core {
         }
         // Services read again whole, and not someone else's after all.
         let keys: Vec<ServiceKey> = without_conflicts(&keys, &report.conflicts[conflicts_before..])
-            .into_iter()
+            .iter()
             .filter(|k| !self.stale.contains(k))
+            .copied()
             .collect();
-        let plan = plan::plan_services_ordered(
+        let mut plan = plan::plan_services_ordered(
             desired,
             &self.memory,
             &keys,
@@ -1702,7 +1711,7 @@ impl Core {
         // the second plan.
         report.draining += plan.counts.draining;
         // Writes went out already: a failed save ahead is in the report.
-        let _ = self.write_plan(kernel, desired, plan, report, Pass::Retry);
+        let _ = self.write_plan(kernel, desired, &mut plan, report, Pass::Retry);
     }
 
     /// Records desired services the kernel refused to add because they
@@ -1942,16 +1951,21 @@ fn settle(settled: &mut [bool], mine: bool, desired: &DesiredState, m: &Observed
     }
 }
 
-/// `keys` without the conflicting ones.
-fn without_conflicts(keys: &[ServiceKey], conflicts: &[SyncConflict]) -> Vec<ServiceKey> {
+/// `keys` without the conflicting ones (`keys` itself when there are none).
+fn without_conflicts<'a>(
+    keys: &'a [ServiceKey],
+    conflicts: &[SyncConflict],
+) -> Cow<'a, [ServiceKey]> {
     if conflicts.is_empty() {
-        return keys.to_vec();
+        return Cow::Borrowed(keys);
     }
     let foreign: HashSet<ServiceKey> = conflicts.iter().map(|c| c.key).collect();
-    keys.iter()
-        .filter(|k| !foreign.contains(k))
-        .copied()
-        .collect()
+    Cow::Owned(
+        keys.iter()
+            .filter(|k| !foreign.contains(k))
+            .copied()
+            .collect(),
+    )
 }
 
 /// What became of a batch besides what is recorded in memory, the ledger
