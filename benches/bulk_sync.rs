@@ -116,7 +116,7 @@
 //! `IPVSCTL_BENCH_LEDGER=memory|file|none` (the syncers' ledger store,
 //! default `memory`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::num::NonZeroU32;
@@ -419,7 +419,7 @@ fn raw_replay(ns: &Ns, d: &DesiredState, ack_each: bool) -> Duration {
         d,
         &Observed::new(),
         &Scope::Owned,
-        &Default::default(),
+        &HashSet::new(),
         PlanOptions::default(),
     );
     let (max_batch, max_send) = (sock.max_batch(), sock.max_send());
@@ -488,7 +488,7 @@ fn apply_cold(ns: &Ns, d: &DesiredState) -> Duration {
         d,
         &Observed::new(),
         &Scope::Owned,
-        &Default::default(),
+        &HashSet::new(),
         PlanOptions::default(),
     )
     .writes;

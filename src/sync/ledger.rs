@@ -9,8 +9,10 @@
 //! keeps a list of owned keys.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::io;
 
+use super::key_hash::KeyHashing;
 use crate::Error;
 use crate::model::{ServiceKey, VirtualServer};
 
@@ -64,9 +66,9 @@ pub enum Ownership<'a> {
 pub struct Ledger {
     /// Keys owned ([`Ownership::Owned`] and [`Ownership::Releasing`]): what
     /// a scope counts as the syncer's.
-    owned: HashSet<ServiceKey>,
+    owned: HashSet<ServiceKey, KeyHashing>,
     /// The settings of keys claimed or being released.
-    pending: HashMap<ServiceKey, Pending>,
+    pending: HashMap<ServiceKey, Pending, KeyHashing>,
     /// Keys whose entry changed since the store last saved the ledger.
     unsaved: Vec<ServiceKey>,
 }
@@ -200,8 +202,10 @@ impl Ledger {
 
     /// The keys the syncer owns ([`Ownership::Owned`] and
     /// [`Ownership::Releasing`]), as [`Scope::includes`](super::Scope::includes)
-    /// and the planners take them.
-    pub fn owned(&self) -> &HashSet<ServiceKey> {
+    /// and the planners take them. The set hashes its keys with the
+    /// syncer's own hasher (a sync asks it about every service the kernel
+    /// shows).
+    pub fn owned(&self) -> &HashSet<ServiceKey, impl BuildHasher + Clone + std::fmt::Debug> {
         &self.owned
     }
 

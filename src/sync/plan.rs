@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,8 +72,13 @@ impl Scope {
     }
 
     /// Whether a service that is not desired is managed (may be deleted),
-    /// given the keys the syncer owns.
-    pub fn includes(&self, key: &ServiceKey, owned: &HashSet<ServiceKey>) -> bool {
+    /// given the keys the syncer owns (a set with any hasher, such as
+    /// [`Ledger::owned`](super::Ledger::owned)).
+    pub fn includes<S: BuildHasher>(
+        &self,
+        key: &ServiceKey,
+        owned: &HashSet<ServiceKey, S>,
+    ) -> bool {
         self.includes_known(key, owned.contains(key))
     }
 
@@ -282,11 +288,11 @@ impl Plan {
 ///                       PlanOptions::default());
 /// assert_eq!(plan.writes, vec![Write::AddService(VirtualServer::new(key)), Write::AddDestination(key, rs)]);
 /// ```
-pub fn plan(
+pub fn plan<S: BuildHasher>(
     desired: &DesiredState,
     observed: &Observed,
     scope: &Scope,
-    owned: &HashSet<ServiceKey>,
+    owned: &HashSet<ServiceKey, S>,
     options: PlanOptions,
 ) -> Plan {
     plan_ordered(
@@ -322,11 +328,11 @@ pub(crate) enum Order {
 /// without a second look (a syncer finds this while the kernel is still
 /// dumping the table); shorter than `desired`: the rest are not known.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn plan_ordered(
+pub(crate) fn plan_ordered<S: BuildHasher>(
     desired: &DesiredState,
     observed: &Observed,
     scope: &Scope,
-    owned: &HashSet<ServiceKey>,
+    owned: &HashSet<ServiceKey, S>,
     options: PlanOptions,
     order: Order,
     drains: DrainsAt<'_>,
@@ -400,12 +406,12 @@ pub(crate) fn plan_ordered(
 ///                                &HashSet::new(), PlanOptions::default());
 /// assert_eq!(plan.writes, vec![Write::AddService(VirtualServer::new(b))]);
 /// ```
-pub fn plan_services(
+pub fn plan_services<S: BuildHasher>(
     desired: &DesiredState,
     observed: &Observed,
     keys: &[ServiceKey],
     scope: &Scope,
-    owned: &HashSet<ServiceKey>,
+    owned: &HashSet<ServiceKey, S>,
     options: PlanOptions,
 ) -> Plan {
     plan_services_ordered(
@@ -423,12 +429,12 @@ pub fn plan_services(
 /// [`plan_services`] with the claims where `order` says and the syncer's
 /// drains (the public functions' arguments plus those two).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn plan_services_ordered(
+pub(crate) fn plan_services_ordered<S: BuildHasher>(
     desired: &DesiredState,
     observed: &Observed,
     keys: &[ServiceKey],
     scope: &Scope,
-    owned: &HashSet<ServiceKey>,
+    owned: &HashSet<ServiceKey, S>,
     options: PlanOptions,
     order: Order,
     drains: DrainsAt<'_>,
@@ -468,12 +474,12 @@ const FEW_KEYS: usize = 16;
 
 /// Plans one desired service: its add or update, then its real servers.
 /// Returns whether `observed` has the service.
-fn plan_service(
+fn plan_service<S: BuildHasher>(
     p: &mut Plan,
     ds: &DesiredService,
     observed: &Observed,
     options: PlanOptions,
-    claims: Claims<'_>,
+    claims: Claims<'_, S>,
     drains: DrainsAt<'_>,
 ) -> bool {
     let vs = ds.service();
@@ -515,11 +521,19 @@ fn plan_service(
 
 /// Which service adds go to [`Plan::claims`]: none in the documented order,
 /// else those of services `scope` does not include given `owned`.
-#[derive(Clone, Copy)]
-struct Claims<'a>(Option<(&'a Scope, &'a HashSet<ServiceKey>)>);
+struct Claims<'a, S>(Option<(&'a Scope, &'a HashSet<ServiceKey, S>)>);
 
-impl<'a> Claims<'a> {
-    fn new(order: Order, scope: &'a Scope, owned: &'a HashSet<ServiceKey>) -> Self {
+// Copied whatever the hasher: it holds references only.
+impl<S> Clone for Claims<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for Claims<'_, S> {}
+
+impl<'a, S: BuildHasher> Claims<'a, S> {
+    fn new(order: Order, scope: &'a Scope, owned: &'a HashSet<ServiceKey, S>) -> Self {
         Claims((order == Order::ClaimsApart).then_some((scope, owned)))
     }
 
