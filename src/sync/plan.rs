@@ -572,23 +572,16 @@ fn diff_dests(
     // Compared packed, as memory keeps them: only a real server that
     // differs is unpacked. Desired addresses are plain (validated), so
     // their packed order is their order. A real server the kernel has as
-    // desired needs no update whatever the options (kept weights equal the
-    // desired ones), and is the usual case: the walk compares addresses
-    // only where the two lists part.
+    // desired (the usual case) needs no update whatever the options (kept
+    // weights equal the desired ones), and no address comparison.
     let have = have.packed();
-    let same = have.iter().zip(want).take_while(|(h, w)| h.is(w)).count();
-    p.counts.destinations.unchanged += same;
-    if same == want.len() && same == have.len() {
-        return;
-    }
     // Updates go after the removals, adds after the updates. The updates
     // are written straight into the plan (from `updates_at` on) until a
     // removal comes after one: then they are moved aside (`updates`) and
     // appended at the end. Most changes remove nothing and need no list.
     let mut updates_at = p.writes.len();
     let (mut updates, mut adds) = (Vec::new(), Vec::new());
-    let mut aside = false;
-    let (mut i, mut j) = (same, same);
+    let (mut i, mut j) = (0, 0);
     loop {
         let step = match (want.get(i), have.get(j)) {
             (None, None) => break,
@@ -614,10 +607,10 @@ fn diff_dests(
                     p.counts.destinations.unchanged += 1;
                 } else {
                     let update = Write::UpdateDestination(key, target);
-                    if aside {
-                        updates.push(update);
-                    } else {
+                    if updates.is_empty() {
                         p.writes.push(update);
+                    } else {
+                        updates.push(update);
                     }
                     p.counts.destinations.updated += 1;
                 }
@@ -630,9 +623,8 @@ fn diff_dests(
                 i += 1;
             }
             Step::Remove(h) => {
-                if !aside && p.writes.len() > updates_at {
+                if updates.is_empty() && p.writes.len() > updates_at {
                     updates = p.writes.split_off(updates_at);
-                    aside = true;
                 }
                 remove_dest(p, key, &h.unpack(), options, drains);
                 updates_at = p.writes.len();
@@ -1183,10 +1175,9 @@ mod tests {
             let planned = plan_one(&want, &have, options, DrainsAt::NONE);
 
             let mut expected = Plan::default();
-            let by_addr = |l: &mut Vec<SocketAddr>| l.sort();
             let mut addrs: Vec<SocketAddr> =
                 want.iter().map(|r| r.addr).chain(have.iter().map(|d| d.server.addr)).collect();
-            by_addr(&mut addrs);
+            addrs.sort();
             addrs.dedup();
             let (mut updates, mut adds) = (Vec::new(), Vec::new());
             for a in addrs {
