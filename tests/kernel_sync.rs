@@ -1022,6 +1022,19 @@ fn same_key_foreign_services_are_conflicts_until_adopted() {
 /// accounted for.
 #[test]
 fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
+    refused_claims_withhold_their_real_servers(SyncOptions::default());
+}
+
+/// The same in parts of 16 operations: the adds go in 50 rounds of four,
+/// each sent after the real servers of the round before it, and a refused
+/// add withholds the real servers of its own service only.
+#[test]
+fn refused_claims_in_many_rounds_withhold_only_their_own_real_servers() {
+    let options = SyncOptions::default().with_part_size(NonZeroUsize::new(16).unwrap());
+    refused_claims_withhold_their_real_servers(options);
+}
+
+fn refused_claims_withhold_their_real_servers(options: SyncOptions) {
     let (ns, h) = setup();
     let desired = cluster(200, 3, 1);
     // Keys as `cluster` makes them: 10.96.0.1:80 and on.
@@ -1037,7 +1050,7 @@ fn refused_claims_withhold_their_real_servers_in_a_large_sync() {
     assert!(theirs.iter().all(|k| desired.contains(k)));
     let foreign = dump(&h);
     let mine = without(&desired, &theirs);
-    let mut s = Syncer::new(&h);
+    let mut s = Syncer::with_options(&h, options);
     // Knows the table (and owns none of it), then trusts its memory: every
     // desired service is an add, and the kernel finds the foreign ones.
     assert_ok(&s.sync(&DesiredState::new(), Verify::Full).unwrap());

@@ -89,6 +89,12 @@ struct World {
     violations: Vec<String>,
     /// The conntrack selections the syncer asked to clean, in order.
     flows: Vec<Filter>,
+    /// Every write that reached the table, in order.
+    log: Vec<Write>,
+    /// Another tool makes this service (its own scheduler, no real
+    /// servers) just before the write of this number (from 0) reaches the
+    /// table.
+    other_creates_before: Option<(usize, ServiceKey)>,
 }
 
 impl World {
@@ -282,7 +288,18 @@ impl Kernel for Table {
             if w.tick() {
                 return Err(crashed());
             }
+            if let Some((n, key)) = w.other_creates_before
+                && n == w.writes
+            {
+                let entry = Entry {
+                    vs: VirtualServer::new(key).with_scheduler(Scheduler::from_name("sh")),
+                    dests: BTreeMap::new(),
+                    by_agent: false,
+                };
+                w.table.entry(key).or_insert(entry);
+            }
             w.writes += 1;
+            w.log.push(op.clone());
             let lost = w.lossy > 0 && (w.roll() % 8) < u64::from(w.lossy);
             let result = if lost {
                 let applies = w.roll().is_multiple_of(2);
@@ -318,9 +335,11 @@ impl Kernel for Table {
     }
 }
 
-/// A syncer resumed from what the store saved, saving into the world.
+/// A syncer resumed from what the store saved, saving into the world. Its
+/// claims go out two at a time, so that a few services make several rounds.
 fn agent(world: &Arc<Mutex<World>>) -> Core {
     let mut core = Core::new(SyncOptions::default());
+    core.claims_per_round = 2;
     let saved = world.lock().unwrap().saved.clone();
     let store_world = Arc::clone(world);
     core.set_store(saved, move |ledger: &Ledger, _: &[ServiceKey]| {
@@ -607,6 +626,87 @@ fn a_crash_after_every_write_of_a_first_sync_loses_nothing() {
             assert_eq!(e.dests.len(), 1, "crash after {after}");
         }
     }
+}
+
+#[test]
+fn claims_go_out_in_rounds_each_followed_by_the_real_servers_of_its_services() {
+    let world = Arc::new(Mutex::new(World::default()));
+    // Another tool makes key 3 after the syncer read the table, just
+    // before the syncer's add of it (the eighth write).
+    world.lock().unwrap().other_creates_before = Some((7, key(3)));
+    let mut desired = DesiredState::new();
+    for i in 0..5 {
+        desired.insert(agents(i, false), dests(3)).unwrap();
+    }
+    let mut core = agent(&world);
+    let report = core
+        .sync(&mut Table(Arc::clone(&world)), &desired, Verify::Services)
+        .unwrap();
+    // Rounds {0, 1}, {2, 3}, {4}, each sent after the real servers of the
+    // round before it: every claim answered before the real servers of its
+    // service go out, none for the refused 3.
+    let w = world.lock().unwrap();
+    let log: Vec<(bool, u8)> = w
+        .log
+        .iter()
+        .map(|op| {
+            let i = (0..KEYS).find(|&i| key(i) == op.key()).unwrap();
+            (matches!(op, Write::AddService(_)), i)
+        })
+        .collect();
+    let (service, dest) = (|i| (true, i), |i| (false, i));
+    let want = [
+        service(0),
+        service(1),
+        dest(0),
+        dest(0),
+        dest(1),
+        dest(1),
+        service(2),
+        service(3),
+        dest(2),
+        dest(2),
+        service(4),
+        dest(4),
+        dest(4),
+    ];
+    assert_eq!(log, want);
+    assert_eq!(report.withheld, 2);
+    assert_eq!(report.conflicts.len(), 1);
+    assert!(w.violations.is_empty());
+    for i in [0, 1, 2, 4] {
+        assert_eq!(w.table[&key(i)].dests.len(), 2);
+        assert_eq!(core.ledger.get(&key(i)), Some(Ownership::Owned));
+    }
+    assert!(w.table[&key(3)].dests.is_empty());
+    assert_eq!(core.ledger.get(&key(3)), None);
+}
+
+#[test]
+fn a_round_cut_short_takes_back_the_claims_of_the_rounds_never_sent() {
+    let world = Arc::new(Mutex::new(World::default()));
+    let mut desired = DesiredState::new();
+    for i in 0..5 {
+        desired.insert(agents(i, false), dests(3)).unwrap();
+    }
+    let mut core = agent(&world);
+    // The save ahead, the first round (two adds, a save, four real
+    // servers), the second round's first add; its second add fails.
+    world.lock().unwrap().crash_in = Some(1 + 2 + 1 + 4 + 1);
+    let mut table = Table(Arc::clone(&world));
+    let _ = core.sync(&mut table, &desired, Verify::Services);
+    assert!(world.lock().unwrap().crashed);
+    for i in [0, 1, 2] {
+        // Acknowledged, or claimed with its outcome unknown.
+        assert!(core.ledger.get(&key(i)).is_some(), "{i}");
+    }
+    assert_eq!(core.ledger.get(&key(2)), Some(Ownership::Owned));
+    assert!(matches!(
+        core.ledger.get(&key(3)),
+        Some(Ownership::Claiming(_))
+    ));
+    // The third round never went out: nothing to own there.
+    assert_eq!(core.ledger.get(&key(4)), None);
 }
 
 /// A world where an agent desiring one service was killed after saving

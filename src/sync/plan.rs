@@ -246,10 +246,13 @@ pub struct Plan {
     /// What they do.
     pub counts: PlanCounts,
     /// The adds of services the scope does not already include (claims),
-    /// when planned apart from `writes` for a syncer, which sends them first.
+    /// when planned apart from `writes` for a syncer, which sends them
+    /// first, each followed by every desired real server of its service
+    /// once the kernel has answered it.
     pub(crate) claims: Vec<Write>,
-    /// The real servers of added services, when planned for a syncer: named
-    /// by their service, written out part by part as they are sent.
+    /// The real servers of the other added services, when planned for a
+    /// syncer: named by their service, written out part by part as they are
+    /// sent.
     pub(crate) fills: Vec<Fill>,
     /// The draining real servers this plan deletes, and why.
     pub(crate) drain_ends: HashMap<(ServiceKey, SocketAddr), DrainEnd>,
@@ -316,7 +319,8 @@ pub(crate) enum Order {
     /// In [`Plan::claims`], the rest of `ops` in the documented order: a
     /// syncer sends the claims first, and would otherwise take them out of
     /// `ops` (moving every operation after the first claim). The real
-    /// servers of every added service are left to [`Plan::fills`].
+    /// servers of a claimed service are left to the syncer, those of the
+    /// other added services to [`Plan::fills`].
     ClaimsApart,
 }
 
@@ -347,10 +351,8 @@ pub(crate) fn plan_ordered<S: BuildHasher>(
         let dests = desired.destination_count();
         match order {
             Order::Documented => p.writes.reserve(services + dests),
-            Order::ClaimsApart => {
-                p.claims.reserve(services);
-                p.fills.reserve(services);
-            }
+            // Most adds are claims, which need no fill.
+            Order::ClaimsApart => p.claims.reserve(services),
         }
     }
     let claims = Claims::new(order, scope, owned);
@@ -488,21 +490,22 @@ fn plan_service<S: BuildHasher>(
         None => {
             let add = Write::AddService(vs.clone());
             if claims.includes(&key) {
+                // Its real servers go out after it, from the desired state.
                 p.claims.push(add);
             } else {
                 p.writes.push(add);
-            }
-            p.counts.services.added += 1;
-            if claims.apart() {
-                p.fills.push(Fill {
-                    at: p.writes.len(),
-                    key,
-                });
-            } else {
-                for rs in ds.destinations() {
-                    p.writes.push(Write::AddDestination(key, *rs));
+                if claims.apart() {
+                    p.fills.push(Fill {
+                        at: p.writes.len(),
+                        key,
+                    });
+                } else {
+                    for rs in ds.destinations() {
+                        p.writes.push(Write::AddDestination(key, *rs));
+                    }
                 }
             }
+            p.counts.services.added += 1;
             p.counts.destinations.added += ds.destinations().len();
             false
         }
@@ -749,9 +752,10 @@ mod tests {
         RealServer::new(format!("10.244.0.{i}:8080").parse().unwrap())
     }
 
-    /// Claims planned apart are the documented plan's claims, and the rest
-    /// (the real servers of added services written out) is the documented
-    /// plan without them, in its order.
+    /// Claims planned apart are the documented plan's claims; their real
+    /// servers are left out of the rest, which (the real servers of the
+    /// other added services written out) is the documented plan without
+    /// either, in its order.
     #[test]
     fn claims_apart_take_nothing_else_and_keep_the_order() {
         let mut desired = DesiredState::new();
@@ -796,10 +800,12 @@ mod tests {
                     .filter(|o| is_claim(o))
                     .cloned()
                     .collect();
+                let claimed = |k: &ServiceKey| claims.iter().any(|c| c.key() == *k);
                 let rest: Vec<Write> = documented
                     .writes
                     .iter()
                     .filter(|o| !is_claim(o))
+                    .filter(|o| !matches!(o, Write::AddDestination(k, _) if claimed(k)))
                     .cloned()
                     .collect();
                 if matches!(scope, Scope::Owned) {

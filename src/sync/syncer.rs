@@ -259,8 +259,10 @@ pub struct SyncOptions {
     /// it fills with what the sync did. Smaller parts hold less; each part
     /// ends with every answer received before the next is sent (at 50,000
     /// x 10, parts of 16,384 measured no slower than parts of 131,072). The
-    /// adds of services not yet the syncer's are answered before any real
-    /// server goes out, whatever the size.
+    /// adds of services not yet the syncer's go out in rounds (at most
+    /// 2,048 adds, and with their real servers at most one part), each
+    /// answered before the real servers of its services go out, whatever
+    /// the size.
     pub part_size: NonZeroUsize,
     /// Deletes the connection-tracking entries of UDP and SCTP real
     /// servers and services this syncer deleted (default off): once the
@@ -549,9 +551,13 @@ impl SyncReport {
 /// about to create as *claiming*, with the settings it creates them with;
 /// before it deletes an owned service, it saves it as *releasing*, with the
 /// settings it has; once the answers are in, it saves what they settled. A
+/// sync that creates many services claims them in rounds of up to 2,048,
+/// each saved ahead together with what the round before settled (about 35
+/// saves for a cold sync of 50,000 x 10). A
 /// write that creates or deletes a service is never sent before the save
-/// ahead of it returned `Ok` (if it fails, the sync returns `Err` and writes
-/// nothing).
+/// ahead of it returned `Ok` (if the first fails, the sync returns `Err` and
+/// writes nothing; if a later one fails, the rounds from there wait for the
+/// next sync and the error is in [`SyncReport::after_writes`]).
 ///
 /// A restarted agent passes the saved ledger back to
 /// [`Syncer::with_ledger`]. Its first sync reads the kernel and settles
@@ -894,6 +900,9 @@ pub(crate) struct Core {
     /// dump, so that the plan after it counts them without comparing them
     /// again. Empty between syncs and in other syncs.
     settled: Vec<bool>,
+    /// [`CLAIMS_PER_ROUND`], fewer in tests (so that a few services make
+    /// several rounds).
+    pub(crate) claims_per_round: usize,
 }
 
 /// Whether a batch is the first pass of a sync or the retry of what the
@@ -920,6 +929,7 @@ impl Core {
             rolling: Rolling::default(),
             kernel_version: KernelVersion::parse(&crate::capabilities::running_release()),
             settled: Vec::new(),
+            claims_per_round: CLAIMS_PER_ROUND,
         }
     }
 
@@ -1341,15 +1351,9 @@ impl Core {
         }
     }
 
-    /// Saves the ledger after writes: a failure goes to the report.
-    fn save_after_writes(&mut self, report: &mut SyncReport) {
-        if let Err(e) = self.save() {
-            report.after_writes.push(e);
-        }
-    }
-
     /// Applies a plan: new services that may belong to someone else first
-    /// (claimed in the ledger, saved ahead), then everything else pipelined
+    /// (claimed in the ledger, saved ahead), in rounds each followed by the
+    /// real servers of its services, then everything else pipelined
     /// (deleted services released in the ledger ahead of it), then the
     /// retries of what the kernel contradicted.
     fn execute(
@@ -1378,7 +1382,8 @@ impl Core {
         Ok(())
     }
 
-    /// Writes a plan's claims, then the rest; returns the services to
+    /// Writes a plan's claims in rounds, each followed by the real servers
+    /// of its services, then the rest; returns the services to
     /// re-read and retry. `Err` only when the save ahead of the writes
     /// failed before anything of the sync was written.
     fn write_plan(
@@ -1401,64 +1406,139 @@ impl Core {
             self.drains.start(key, addr, self.now, false);
         }
         let services = plan.counts.services;
+        let size = self.options.part_size.get();
+        // Every add that succeeds is remembered: room for them all at once,
+        // before the answers come in.
+        self.memory.reserve(claims.len());
+        // The claims go in rounds (see `CLAIMS_PER_ROUND`), each recorded
+        // ahead of its own send; the first with the plan's releases.
+        let mut rounds = in_rounds(claims, desired, size, self.claims_per_round).into_iter();
+        let mut next = rounds.next().unwrap_or_default();
         // A plan that touches real servers only needs no save ahead of it:
         // the ledger's changes (services seen gone) are saved after it.
         if services.added + services.updated + services.deleted > 0
-            && !self.record_ahead(&claims, &rest, report)?
+            && !self.record_ahead(&next, &rest, report)?
         {
             return Ok(Vec::new());
         }
         let mut retry = Vec::new();
         let mut broken = HashSet::default();
         let mut withheld = HashSet::default();
-        if !claims.is_empty() {
-            // Every add that succeeds is remembered: room for them all at
-            // once, before the answers come in.
-            self.memory.reserve(claims.len());
-            let first = self.apply(kernel, desired, &claims, &ends, report, pass, &mut broken);
-            // Not kept while the real servers go out: at 50,000 services
-            // the adds alone take megabytes, and so does the ledger's room
-            // for their claims, now settled (given back before the save, so
-            // that a store copying the ledger copies no empty room).
-            drop(claims);
-            self.ledger.shrink();
-            self.save_after_writes(report);
-            if !first.withheld.is_empty() {
-                withheld.extend(first.withheld.iter().copied());
-                let held = |key: &ServiceKey| withheld.contains(key);
-                report.withheld += rest.iter().filter(|op| held(&op.key())).count();
-                let held_fills: Vec<Fill> =
-                    fills.iter().filter(|f| held(&f.key)).copied().collect();
+        // Each part holds the real servers of the round answered in the
+        // part before it, then the next round.
+        let mut answered: Vec<Fill> = Vec::new();
+        while !next.is_empty() || !answered.is_empty() {
+            let round = std::mem::take(&mut next);
+            let keys: Vec<ServiceKey> = round.iter().map(Write::key).collect();
+            let filled = std::mem::take(&mut answered);
+            let sent = self.write_parts(
+                kernel,
+                desired,
+                round,
+                filled,
+                &withheld,
+                &ends,
+                report,
+                pass,
+                &mut broken,
+            );
+            retry.extend(sent.retry);
+            if !sent.socket_failed {
+                next = rounds.next().unwrap_or_default();
+            }
+            if !keys.is_empty() || !next.is_empty() {
+                // What this round's answers settled, and the next round's
+                // claims ahead of it, in one save; the ledger's room for
+                // the claims settled given back first, so that a store
+                // copying the ledger copies no empty room.
+                self.ledger.reserve_claims(next.len());
+                for op in &next {
+                    if let Write::AddService(vs) = op {
+                        self.ledger.claim(vs);
+                    }
+                }
+                self.ledger.shrink();
+                if let Err(e) = self.save() {
+                    // Not sent without its save ahead: the next round and
+                    // those after it wait for the next sync.
+                    for op in std::mem::take(&mut next) {
+                        self.ledger.withdraw(&op.key());
+                    }
+                    rounds = Vec::new().into_iter();
+                    report.after_writes.push(e);
+                }
+            }
+            if !sent.withheld.is_empty() {
+                let held: HashSet<ServiceKey, KeyHashing> = sent.withheld.iter().copied().collect();
+                report.withheld += rest.iter().filter(|op| held.contains(&op.key())).count();
+                let held_fills: Vec<Fill> = (keys.iter().filter(|k| held.contains(k)))
+                    .map(|&key| Fill { at: 0, key })
+                    .collect();
                 report.withheld += parts::fill_count(&held_fills, desired);
+                withheld.extend(held);
             }
-            self.report_refused(kernel, first.refused, report);
-            if first.socket_failed {
+            self.report_refused(kernel, sent.refused, report);
+            if sent.socket_failed {
                 // Whether the unanswered adds happened is unknown: they stay
-                // claimed, and the next sync reads them.
-                return Ok(Vec::new());
+                // claimed, and the next sync reads them. The later rounds
+                // were never claimed nor sent.
+                return Ok(sorted(retry));
             }
-            retry = first.retry;
+            answered = keys.into_iter().map(|key| Fill { at: 0, key }).collect();
         }
-        // Each part is made just before it is sent and dropped once sent,
-        // while memory grows by what it did.
-        let size = self.options.part_size.get();
         if fills.is_empty() && withheld.is_empty() && rest.len() <= size {
             // Nothing to write out of the desired state or to leave out,
             // and one part (every sync of a few changes): sent as planned.
             let applied = self.apply(kernel, desired, &rest, &ends, report, pass, &mut broken);
             retry.extend(applied.retry);
         } else {
-            for part in Parts::new(rest, fills, desired, &withheld, size) {
-                let applied = self.apply(kernel, desired, &part, &ends, report, pass, &mut broken);
-                retry.extend(applied.retry);
-                if applied.socket_failed {
-                    break;
-                }
+            let sent = self.write_parts(
+                kernel,
+                desired,
+                rest,
+                fills,
+                &withheld,
+                &ends,
+                report,
+                pass,
+                &mut broken,
+            );
+            retry.extend(sent.retry);
+        }
+        Ok(sorted(retry))
+    }
+
+    /// Sends `writes` with `fills` written out where they stand, in parts
+    /// each made just before it is sent and dropped once sent (while memory
+    /// grows by what it did), leaving out the services `withheld`; what the
+    /// parts' answers ask of the caller, together. Stops when the socket
+    /// failed.
+    #[allow(clippy::too_many_arguments)]
+    fn write_parts(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        writes: Vec<Write>,
+        fills: Vec<Fill>,
+        withheld: &HashSet<ServiceKey, KeyHashing>,
+        ends: &HashMap<(ServiceKey, SocketAddr), DrainEnd>,
+        report: &mut SyncReport,
+        pass: Pass,
+        broken: &mut HashSet<ServiceKey, KeyHashing>,
+    ) -> Applied {
+        let size = self.options.part_size.get();
+        let mut sent = Applied::default();
+        for part in Parts::new(writes, fills, desired, withheld, size) {
+            let applied = self.apply(kernel, desired, &part, ends, report, pass, broken);
+            sent.retry.extend(applied.retry);
+            sent.refused.extend(applied.refused);
+            sent.withheld.extend(applied.withheld);
+            if applied.socket_failed {
+                sent.socket_failed = true;
+                break;
             }
         }
-        retry.sort_unstable();
-        retry.dedup();
-        Ok(retry)
+        sent
     }
 
     /// Records the plan's claims and the releases of its service deletes in
@@ -1990,6 +2070,56 @@ struct Applied {
 /// 50,000 x 10 it would be 550,000 operations, 60 MB).
 const DEFAULT_PART_SIZE: NonZeroUsize = NonZeroUsize::new(1 << 14).unwrap();
 
+/// How many claims a sync sends before their real servers, at most. Before
+/// 7.1 the kernel keeps every service in one hash of 256 buckets, and finds
+/// the service of each real-server add by walking its bucket from the
+/// newest service on: after all 50,000 adds of a cold sync that walk passes
+/// about 100 services on average, after a round of 2,048 about 4. A round
+/// also fits one part with the real servers of the round before it (see
+/// `in_rounds`), so that the rounds take no more parts, and the ledger holds
+/// the claims of one round at a time: each round is recorded ahead in the
+/// save that records what the round before settled.
+const CLAIMS_PER_ROUND: usize = 2048;
+
+/// `claims` in rounds, in order, each its own list (given back once sent):
+/// at most `max` claims a round, and with the real servers of their
+/// services at most `size` operations (a claim alone may have more).
+fn in_rounds(
+    claims: Vec<Write>,
+    desired: &DesiredState,
+    size: usize,
+    max: usize,
+) -> Vec<Vec<Write>> {
+    let mut rounds = Vec::new();
+    let mut round: Vec<Write> = Vec::new();
+    let mut ops: usize = 0;
+    for claim in claims {
+        let dests = desired
+            .get(&claim.key())
+            .map_or(0, |ds| ds.destinations().len());
+        let n = dests.saturating_add(1);
+        if !round.is_empty() && (round.len() >= max || ops.saturating_add(n) > size) {
+            round.shrink_to_fit();
+            rounds.push(std::mem::take(&mut round));
+            ops = 0;
+        }
+        ops += n;
+        round.push(claim);
+    }
+    if !round.is_empty() {
+        round.shrink_to_fit();
+        rounds.push(round);
+    }
+    rounds
+}
+
+/// `keys` sorted, each once.
+fn sorted(mut keys: Vec<ServiceKey>) -> Vec<ServiceKey> {
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 /// Failures that mean "the kernel's state differs from what was planned":
 /// re-reading the service and planning again fixes them.
 fn healable(e: &Error) -> bool {
@@ -2033,5 +2163,48 @@ fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &De
         Write::AddService(vs) => ledger.insert_owned(vs.key),
         Write::DeleteService(k) => ledger.settle_release(k, Ok(())),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RealServer, VirtualServer};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Rounds hold every claim once, in order; none is empty, none has
+        /// more than `max` claims, and none more than `size` operations with
+        /// the real servers of its services unless it is one claim.
+        #[test]
+        fn rounds_hold_every_claim_once_in_order_within_their_bounds(
+            dests in prop::collection::vec(0usize..12, 0..40),
+            size in 1usize..40,
+            max in 1usize..8,
+        ) {
+            let mut desired = DesiredState::new();
+            let mut claims = Vec::new();
+            for (i, &n) in dests.iter().enumerate() {
+                let addr = std::net::SocketAddr::from(([10, 96, 0, i as u8 + 1], 80));
+                let vs = VirtualServer::new(ServiceKey::tcp(addr));
+                let servers = (0..n).map(|j| {
+                    RealServer::new(std::net::SocketAddr::from(([10, 244, 0, j as u8 + 1], 80)))
+                });
+                desired.insert(vs.clone(), servers).unwrap();
+                claims.push(Write::AddService(vs));
+            }
+            let rounds = in_rounds(claims.clone(), &desired, size, max);
+            prop_assert_eq!(rounds.concat(), claims);
+            let ops = |c: &Write| 1 + desired.get(&c.key()).unwrap().destinations().len();
+            for (i, round) in rounds.iter().enumerate() {
+                prop_assert!(!round.is_empty() && round.len() <= max);
+                let total: usize = round.iter().map(ops).sum();
+                prop_assert!(total <= size || round.len() == 1, "{} ops in {:?}", total, round);
+                // As full as allowed: the next round's first claim did not fit.
+                if let Some(next) = rounds.get(i + 1) {
+                    prop_assert!(round.len() == max || total + ops(&next[0]) > size);
+                }
+            }
+        }
     }
 }
