@@ -1398,7 +1398,6 @@ impl Core {
         let claims = std::mem::take(&mut plan.claims);
         let rest = std::mem::take(&mut plan.writes);
         let fills = std::mem::take(&mut plan.fills);
-        let ends = std::mem::take(&mut plan.drain_ends);
         // Found at weight 0 and not desired: draining from this sync on, if
         // not already (after a restart, or quiesced by a health checker
         // before it left the desired state).
@@ -1407,42 +1406,72 @@ impl Core {
         }
         let services = plan.counts.services;
         let size = self.options.part_size.get();
-        // Every add that succeeds is remembered: room for them all at once,
-        // before the answers come in.
-        self.memory.reserve(claims.len());
         // The claims go in rounds (see `CLAIMS_PER_ROUND`), each recorded
         // ahead of its own send; the first with the plan's releases.
-        let mut rounds = in_rounds(claims, desired, size, self.claims_per_round).into_iter();
-        let mut next = rounds.next().unwrap_or_default();
+        let mut rounds = if claims.is_empty() {
+            Vec::new()
+        } else {
+            // Every add that succeeds is remembered: room for them all at
+            // once, before the answers come in.
+            self.memory.reserve(claims.len());
+            in_rounds(claims, desired, size, self.claims_per_round)
+        };
         // A plan that touches real servers only needs no save ahead of it:
         // the ledger's changes (services seen gone) are saved after it.
         if services.added + services.updated + services.deleted > 0
-            && !self.record_ahead(&next, &rest, report)?
+            && !self.record_ahead(rounds.first().map_or(&[], |r| &r[..]), &rest, report)?
         {
             return Ok(Vec::new());
         }
-        let mut retry = Vec::new();
-        let mut broken = HashSet::default();
-        let mut withheld = HashSet::default();
-        // Each part holds the real servers of the round answered in the
-        // part before it, then the next round.
+        let mut w = Writing {
+            ends: std::mem::take(&mut plan.drain_ends),
+            pass,
+            broken: HashSet::default(),
+            withheld: HashSet::default(),
+            retry: Vec::new(),
+        };
+        if !rounds.is_empty()
+            && !self.write_claims(kernel, desired, &mut rounds, &rest, report, &mut w)
+        {
+            return Ok(sorted(w.retry));
+        }
+        if fills.is_empty() && w.withheld.is_empty() && rest.len() <= size {
+            // Nothing to write out of the desired state or to leave out,
+            // and one part (every sync of a few changes): sent as planned.
+            let applied = self.apply(kernel, desired, &rest, &w.ends, report, pass, &mut w.broken);
+            w.retry.extend(applied.retry);
+        } else {
+            let sent = self.write_parts(kernel, desired, rest, fills, report, &mut w);
+            w.retry.extend(sent.retry);
+        }
+        Ok(sorted(w.retry))
+    }
+
+    /// Sends the claims in `rounds` (the first recorded in the ledger
+    /// already), each in a part with the real servers of the round answered
+    /// before it, and the last round's real servers after them; each later
+    /// round is recorded ahead of its send, in the save that records what
+    /// the round before settled. `false` when the socket failed: nothing
+    /// more is to be sent.
+    fn write_claims(
+        &mut self,
+        kernel: &mut impl Kernel,
+        desired: &DesiredState,
+        rounds: &mut Vec<Vec<Write>>,
+        rest: &[Write],
+        report: &mut SyncReport,
+        w: &mut Writing,
+    ) -> bool {
+        let mut rounds = std::mem::take(rounds).into_iter();
+        let mut next = rounds.next().unwrap_or_default();
+        // The real servers of the round answered last.
         let mut answered: Vec<Fill> = Vec::new();
         while !next.is_empty() || !answered.is_empty() {
             let round = std::mem::take(&mut next);
             let keys: Vec<ServiceKey> = round.iter().map(Write::key).collect();
             let filled = std::mem::take(&mut answered);
-            let sent = self.write_parts(
-                kernel,
-                desired,
-                round,
-                filled,
-                &withheld,
-                &ends,
-                report,
-                pass,
-                &mut broken,
-            );
-            retry.extend(sent.retry);
+            let sent = self.write_parts(kernel, desired, round, filled, report, w);
+            w.retry.extend(sent.retry);
             if !sent.socket_failed {
                 next = rounds.next().unwrap_or_default();
             }
@@ -1475,61 +1504,46 @@ impl Core {
                     .map(|&key| Fill { at: 0, key })
                     .collect();
                 report.withheld += parts::fill_count(&held_fills, desired);
-                withheld.extend(held);
+                w.withheld.extend(held);
             }
             self.report_refused(kernel, sent.refused, report);
             if sent.socket_failed {
                 // Whether the unanswered adds happened is unknown: they stay
                 // claimed, and the next sync reads them. The later rounds
                 // were never claimed nor sent.
-                return Ok(sorted(retry));
+                return false;
             }
             answered = keys.into_iter().map(|key| Fill { at: 0, key }).collect();
         }
-        if fills.is_empty() && withheld.is_empty() && rest.len() <= size {
-            // Nothing to write out of the desired state or to leave out,
-            // and one part (every sync of a few changes): sent as planned.
-            let applied = self.apply(kernel, desired, &rest, &ends, report, pass, &mut broken);
-            retry.extend(applied.retry);
-        } else {
-            let sent = self.write_parts(
-                kernel,
-                desired,
-                rest,
-                fills,
-                &withheld,
-                &ends,
-                report,
-                pass,
-                &mut broken,
-            );
-            retry.extend(sent.retry);
-        }
-        Ok(sorted(retry))
+        true
     }
 
     /// Sends `writes` with `fills` written out where they stand, in parts
     /// each made just before it is sent and dropped once sent (while memory
-    /// grows by what it did), leaving out the services `withheld`; what the
-    /// parts' answers ask of the caller, together. Stops when the socket
+    /// grows by what it did), leaving out the services `w.withheld`; what
+    /// the parts' answers ask of the caller, together. Stops when the socket
     /// failed.
-    #[allow(clippy::too_many_arguments)]
     fn write_parts(
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
         writes: Vec<Write>,
         fills: Vec<Fill>,
-        withheld: &HashSet<ServiceKey, KeyHashing>,
-        ends: &HashMap<(ServiceKey, SocketAddr), DrainEnd>,
         report: &mut SyncReport,
-        pass: Pass,
-        broken: &mut HashSet<ServiceKey, KeyHashing>,
+        w: &mut Writing,
     ) -> Applied {
         let size = self.options.part_size.get();
         let mut sent = Applied::default();
-        for part in Parts::new(writes, fills, desired, withheld, size) {
-            let applied = self.apply(kernel, desired, &part, ends, report, pass, broken);
+        for part in Parts::new(writes, fills, desired, &w.withheld, size) {
+            let applied = self.apply(
+                kernel,
+                desired,
+                &part,
+                &w.ends,
+                report,
+                w.pass,
+                &mut w.broken,
+            );
             sent.retry.extend(applied.retry);
             sent.refused.extend(applied.refused);
             sent.withheld.extend(applied.withheld);
@@ -2061,6 +2075,22 @@ struct Applied {
     withheld: Vec<ServiceKey>,
     /// The socket failed: outcomes of operations not answered are unknown.
     socket_failed: bool,
+}
+
+/// What the writes of one plan share.
+#[derive(Debug)]
+struct Writing {
+    /// The drains the plan ends, and why.
+    ends: HashMap<(ServiceKey, SocketAddr), DrainEnd>,
+    /// Which pass of the sync the plan is.
+    pass: Pass,
+    /// Services whose creation or update failed for good.
+    broken: HashSet<ServiceKey, KeyHashing>,
+    /// Claimed services whose add was not acknowledged: none of their real
+    /// servers is sent.
+    withheld: HashSet<ServiceKey, KeyHashing>,
+    /// Services to re-read and retry.
+    retry: Vec<ServiceKey>,
 }
 
 /// The most operations [`Core::write_plan`] sends in one part unless told
