@@ -111,7 +111,7 @@ impl Iterator for Parts<'_> {
 }
 
 /// How many real-server adds `fills` stand for.
-pub(crate) fn fill_count(fills: &[Fill], desired: &DesiredState) -> usize {
+fn fill_count(fills: &[Fill], desired: &DesiredState) -> usize {
     fills
         .iter()
         .map(|f| desired.get(&f.key).map_or(0, |ds| ds.destinations().len()))

@@ -14,7 +14,7 @@ use super::flows::{self, FlowCleanup};
 use super::kernel::{HandleKernel, Kernel};
 use super::key_hash::KeyHashing;
 use super::ledger::{ClaimOutcome, ConflictReason, Ledger, LedgerStore, Ownership, Resolved};
-use super::parts::{self, Fill, Parts};
+use super::parts::{Fill, Parts};
 use super::plan::{self, Counts, DrainEnd, Order, Plan, PlanCounts, PlanOptions, Scope};
 use super::rolling::Rolling;
 use super::state::{DesiredState, Observed, ObservedService};
@@ -1408,7 +1408,7 @@ impl Core {
         let size = self.options.part_size.get();
         // The claims go in rounds (see `CLAIMS_PER_ROUND`), each recorded
         // ahead of its own send; the first with the plan's releases.
-        let mut rounds = if claims.is_empty() {
+        let rounds = if claims.is_empty() {
             Vec::new()
         } else {
             // Every add that succeeds is remembered: room for them all at
@@ -1430,8 +1430,7 @@ impl Core {
             withheld: HashSet::default(),
             retry: Vec::new(),
         };
-        if !rounds.is_empty()
-            && !self.write_claims(kernel, desired, &mut rounds, &rest, report, &mut w)
+        if !rounds.is_empty() && !self.write_claims(kernel, desired, rounds, &rest, report, &mut w)
         {
             return Ok(sorted(w.retry));
         }
@@ -1457,12 +1456,12 @@ impl Core {
         &mut self,
         kernel: &mut impl Kernel,
         desired: &DesiredState,
-        rounds: &mut Vec<Vec<Write>>,
+        rounds: Vec<Vec<Write>>,
         rest: &[Write],
         report: &mut SyncReport,
         w: &mut Writing,
     ) -> bool {
-        let mut rounds = std::mem::take(rounds).into_iter();
+        let mut rounds = rounds.into_iter();
         let mut next = rounds.next().unwrap_or_default();
         // The real servers of the round answered last.
         let mut answered: Vec<Fill> = Vec::new();
@@ -1500,10 +1499,10 @@ impl Core {
             if !sent.withheld.is_empty() {
                 let held: HashSet<ServiceKey, KeyHashing> = sent.withheld.iter().copied().collect();
                 report.withheld += rest.iter().filter(|op| held.contains(&op.key())).count();
-                let held_fills: Vec<Fill> = (keys.iter().filter(|k| held.contains(k)))
-                    .map(|&key| Fill { at: 0, key })
-                    .collect();
-                report.withheld += parts::fill_count(&held_fills, desired);
+                report.withheld += (held.iter())
+                    .filter_map(|k| desired.get(k))
+                    .map(|ds| ds.destinations().len())
+                    .sum::<usize>();
                 w.withheld.extend(held);
             }
             self.report_refused(kernel, sent.refused, report);
