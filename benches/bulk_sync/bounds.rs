@@ -16,13 +16,24 @@
 //! - `decode`: the same, each service decoded by the library's decoder
 //!   (`reply::virtual_server_from_body`, statistics skipped);
 //! - `compare`: the same, each service compared in place with the
-//!   remembered settings (key read and looked up in a `HashMap`, each
+//!   remembered settings (key read and looked up in a `HashMap` with a
+//!   multiply-fold hash, as cheap as the syncer's own tables', each
 //!   setting compared with its wire value, nothing built): the least a
 //!   one-thread check must do;
+//! - `compare_own`: `compare` against a memory that, like a syncer's,
+//!   holds each service's real servers and owner too: the one lookup also
+//!   marks the service listed (the repeats of a multi-part dump are
+//!   skipped) and tells whether it is owned;
+//! - `compare_all`: `compare_own`, plus what a full-state resync must then
+//!   know of each service: the desired service looked up and compared, its
+//!   real servers with the remembered ones (slices of plain values, compared
+//!   whole);
 //! - `walk_2`, `decode_2`: a helper thread that already runs (woken per
 //!   dump) receives the datagrams and hands each over whole, in buffers
 //!   that come back to it; this thread walks or decodes them;
-//! - `sync`: the library, `Verify::Services` forced to dump.
+//! - `sync`: the library, `Verify::Services` forced to dump;
+//! - `thread`: no dump, a scoped thread spawned and joined with nothing to
+//!   do: what each helper thread the library starts for a dump costs.
 //!
 //! One change, per turn: `raw` (the pre-encoded `SET_DEST`, its ACK read),
 //! `encode` (the same request encoded from the typed real server into a
@@ -30,7 +41,9 @@
 //! (`Handle::update_destination`), `sync` (`Syncer::sync_changes` with
 //! `Verify::None`).
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::hint::black_box;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
@@ -49,6 +62,30 @@ use ipvsctl::unstable::{DumpSize, NlSocket};
 
 use super::{DESTS, Ns, RawRead, dest_addr, note, open_socket, service_key, spread};
 
+/// A hash of a few instructions per word (a 64 x 64 -> 128-bit multiply
+/// folded), about what the syncer's own tables of services pay; the
+/// standard SipHash would add its own cost to the in-place cases.
+#[derive(Default)]
+struct Fold(u64);
+
+impl Hasher for Fold {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            let m = u128::from(self.0 ^ u64::from_ne_bytes(word)) * 0x9e37_79b9_7f4a_7c15;
+            self.0 = (m as u64) ^ ((m >> 64) as u64);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map of services hashed with [`Fold`].
+type Services<V> = HashMap<ServiceKey, V, BuildHasherDefault<Fold>>;
+
 /// What this thread does with each data message of the dump.
 #[derive(Clone, Copy)]
 enum Look<'a> {
@@ -57,7 +94,52 @@ enum Look<'a> {
     /// Compared in place with the remembered services: the key read from
     /// the attributes, looked up, and each setting compared with the wire
     /// value, nothing built.
-    Compare(&'a HashMap<ServiceKey, VirtualServer>),
+    Compare(&'a Services<VirtualServer>),
+    /// `Compare`, with what a full-state resync must settle per service
+    /// (`compare_own`, and `compare_all` with the desired state).
+    Settle(&'a Settling<'a>),
+}
+
+/// What a full-state resync remembers of one service: its settings, its
+/// real servers, whether it is owned, and the last turn that listed it.
+struct Remembered {
+    service: VirtualServer,
+    destinations: Vec<RealServer>,
+    owned: bool,
+    listed: Cell<u32>,
+}
+
+/// The remembered services a `Settle` turn checks against, and the desired
+/// state when it compares with it; `turn` tells this turn's listings from
+/// earlier ones.
+struct Settling<'a> {
+    memory: Services<Remembered>,
+    desired: Option<&'a DesiredState>,
+    turn: Cell<u32>,
+}
+
+impl<'a> Settling<'a> {
+    /// Every service of `base` remembered as owned and as desired.
+    fn new(base: &DesiredState, desired: Option<&'a DesiredState>) -> Self {
+        let memory = base
+            .services()
+            .iter()
+            .map(|s| {
+                let remembered = Remembered {
+                    service: s.service().clone(),
+                    destinations: s.destinations().to_vec(),
+                    owned: true,
+                    listed: Cell::new(u32::MAX),
+                };
+                (s.service().key, remembered)
+            })
+            .collect();
+        Settling {
+            memory,
+            desired,
+            turn: Cell::new(0),
+        }
+    }
 }
 
 /// Calls `each(type, value)` for every attribute in `b`, until one is
@@ -88,7 +170,34 @@ fn walk(body: &[u8]) -> usize {
 
 /// Whether the service message `body` shows a service of `memory` with
 /// exactly its settings.
-fn same_in_place(body: &[u8], memory: &HashMap<ServiceKey, VirtualServer>) -> bool {
+fn same_in_place(body: &[u8], memory: &Services<VirtualServer>) -> bool {
+    in_place(body, |key| memory.get(key).map(|vs| (vs, vs))).is_some()
+}
+
+/// Whether the service message `body` shows a service remembered as owned
+/// (and, with a desired state, as desired) that was not listed before in
+/// this turn; it is marked listed.
+fn settled_in_place(body: &[u8], s: &Settling) -> bool {
+    let Some(r) = in_place(body, |key| s.memory.get(key).map(|r| (r, &r.service))) else {
+        return false;
+    };
+    if r.listed.replace(s.turn.get()) == s.turn.get() || !r.owned {
+        return false;
+    }
+    s.desired.is_none_or(|desired| {
+        desired.get(&r.service.key).is_some_and(|d| {
+            *d.service() == r.service && d.destinations() == r.destinations.as_slice()
+        })
+    })
+}
+
+/// Reads the key of the service message `body` in place, finds it with
+/// `find` and compares each setting with the wire value: what `find`
+/// returned when all are the same.
+fn in_place<'m, T>(
+    body: &[u8],
+    find: impl FnOnce(&ServiceKey) -> Option<(T, &'m VirtualServer)>,
+) -> Option<T> {
     let (mut af, mut protocol, mut addr, mut port, mut fwmark) = (0u16, 0u16, &[][..], 0u16, 0u32);
     let (mut sched, mut flags, mut timeout, mut netmask, mut pe) =
         (&[][..], 0u32, 0u32, [0u8; 4], &[][..]);
@@ -129,7 +238,7 @@ fn same_in_place(body: &[u8], memory: &HashMap<ServiceKey, VirtualServer>) -> bo
             let b: [u8; 16] = addr[..16].try_into().unwrap_or_default();
             (AddressFamily::Inet6, IpAddr::from(b))
         }
-        _ => return false,
+        _ => return None,
     };
     let key = if fwmark != 0 {
         ServiceKey::FwMark {
@@ -142,13 +251,11 @@ fn same_in_place(body: &[u8], memory: &HashMap<ServiceKey, VirtualServer>) -> bo
             addr: SocketAddr::new(ip, port),
         }
     };
-    let Some(vs) = memory.get(&key) else {
-        return false;
-    };
+    let (found, vs) = find(&key)?;
     fn name(b: &[u8]) -> &[u8] {
         b.split(|&c| c == 0).next().unwrap_or_default()
     }
-    name(sched) == vs.scheduler.name().as_bytes()
+    let same = name(sched) == vs.scheduler.name().as_bytes()
         && ServiceFlags::from_kernel(flags) == vs.flags
         && timeout == vs.timeout
         && Netmask::from_wire(family, netmask) == vs.netmask
@@ -156,7 +263,8 @@ fn same_in_place(body: &[u8], memory: &HashMap<ServiceKey, VirtualServer>) -> bo
             == vs
                 .persistence_engine
                 .as_ref()
-                .map_or(&b""[..], |p| p.0.as_bytes())
+                .map_or(&b""[..], |p| p.0.as_bytes());
+    same.then_some(found)
 }
 
 /// Looks at one data message; whether it was a valid service (for
@@ -166,6 +274,7 @@ fn look(how: Look, body: &[u8]) -> bool {
         Look::Walk => black_box(walk(body)) > 0,
         Look::Decode => black_box(reply::virtual_server_from_body(body)).is_ok(),
         Look::Compare(memory) => same_in_place(black_box(body), memory),
+        Look::Settle(settling) => settled_in_place(black_box(body), settling),
     }
 }
 
@@ -295,13 +404,24 @@ pub(super) fn check(
     let (sock, req) = (&mut raw.services, raw.service_dump.as_slice());
     let standing = Standing::new(open_socket(&ns.netns(), DumpSize::Large).expect("socket"));
     syncer.options_mut().service_check = ServiceCheck::Dump;
-    let memory: HashMap<ServiceKey, VirtualServer> = base
+    let memory: Services<VirtualServer> = base
         .services()
         .iter()
         .map(|s| (s.service().key, s.service().clone()))
         .collect();
+    let own = Settling::new(base, None);
+    let all = Settling::new(base, Some(base));
     let names = [
-        "raw", "walk", "decode", "compare", "walk_2", "decode_2", "sync",
+        "raw",
+        "walk",
+        "decode",
+        "compare",
+        "walk_2",
+        "decode_2",
+        "sync",
+        "compare_own",
+        "compare_all",
+        "thread",
     ];
     let mut times = vec![Vec::new(); names.len()];
     for turn in 0..turns {
@@ -315,6 +435,12 @@ pub(super) fn check(
                 3 => one_thread(sock, req, Look::Compare(&memory)),
                 4 => standing.dump(req, Look::Walk),
                 5 => standing.dump(req, Look::Decode),
+                9 => std::thread::scope(|s| s.spawn(|| black_box(n)).join()).expect("empty thread"),
+                7 | 8 => {
+                    let settling = if case == 7 { &own } else { &all };
+                    settling.turn.set(turn as u32);
+                    one_thread(sock, req, Look::Settle(settling))
+                }
                 _ => {
                     let r = syncer.sync(base, Verify::Services).expect("resync");
                     assert_eq!(r.writes_sent, 0);
