@@ -533,6 +533,33 @@ fn drift_is_repaired() {
     assert_converged(&h, &foreign, &table_of(&desired));
 }
 
+/// A table large enough that the service check reads the dump on a helper
+/// thread (700 remembered services and more) repairs drift as the
+/// one-thread check does: the deleted service made again, the edited one
+/// restored, real-server drift left to `Verify::Full`.
+#[test]
+fn drift_in_a_table_read_on_a_helper_thread_is_repaired() {
+    let (ns, h) = setup();
+    let foreign = add_foreign(&ns, &h);
+    let desired = cluster(720, 1, 1);
+    let mut s = Syncer::new(&h);
+    assert_ok(&s.sync(&desired, Verify::Services).unwrap());
+    ns.ipvsadm("-D -t 10.96.0.1:80");
+    ns.ipvsadm("-E -t 10.96.1.51:80 -s wlc");
+    ns.ipvsadm("-d -t 10.96.2.220:80 -r 10.244.219.1:8080");
+    let r = s.sync(&desired, Verify::Services).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.services.added, 1);
+    assert_eq!(r.services.updated, 1);
+    assert_eq!(r.destinations.added, 1);
+    assert_eq!(r.writes_sent, 3);
+    let r = s.sync(&desired, Verify::Full).unwrap();
+    assert_ok(&r);
+    assert_eq!(r.destinations.added, 1);
+    assert_eq!(r.writes_sent, 1);
+    assert_converged(&h, &foreign, &table_of(&desired));
+}
+
 #[test]
 fn contradictions_heal_within_one_sync() {
     let (ns, h) = setup();

@@ -30,9 +30,11 @@ const BATCH_SERVICES: usize = 16;
 /// ...or once its message bodies take this many bytes.
 const BATCH_BYTES: usize = 32 << 10;
 /// From this many expected services a service dump is read on a helper
-/// thread: below, the dump is a few datagrams and a thread costs more than
-/// it saves.
-pub(crate) const OVERLAP_SERVICES_FROM: usize = 256;
+/// thread: below, starting the thread costs more than the overlap saves
+/// (1.1-1.4 ms a thread in the QEMU guest, about the raw dump of 200
+/// services; one thread was the faster up to 800 services on 6.1 and 500
+/// on 7.3.4, the helper from 900 and 700: docs/performance.md).
+pub(crate) const OVERLAP_SERVICES_FROM: usize = 700;
 /// Batches read but not yet decoded, at most (half a megabyte): when the
 /// decoder and the caller's bookkeeping are slower than the kernel, the
 /// helper stops reading, lets go of the socket and waits for room, instead

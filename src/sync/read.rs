@@ -13,7 +13,7 @@ use super::state::ObservedDest;
 
 /// Every virtual server of the namespace (one dump), each handed to `each`
 /// as it is decoded, repeats of a multi-part dump included; about
-/// `expected` are expected (from a few hundred on, the kernel builds the
+/// `expected` are expected (from 700 on, the kernel builds the
 /// next datagrams while this thread decodes and runs `each`).
 pub(crate) fn services(
     handle: &Handle,
