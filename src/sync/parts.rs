@@ -103,6 +103,25 @@ impl Iterator for Parts<'_> {
     fn next(&mut self) -> Option<Vec<Write>> {
         let mut part = Vec::with_capacity(self.size.min(self.left));
         while part.len() < self.size {
+            // A fill's real servers go in one run: most of a cold sync's
+            // operations are these.
+            if let Some((key, dests)) = &mut self.filling {
+                let before = part.len();
+                let room = self.size - before;
+                let key = *key;
+                part.extend(
+                    dests
+                        .by_ref()
+                        .take(room)
+                        .map(|rs| Write::AddDestination(key, *rs)),
+                );
+                self.left -= part.len() - before;
+                if dests.len() > 0 {
+                    break;
+                }
+                self.filling = None;
+                continue;
+            }
             let Some(op) = self.next_op() else { break };
             part.push(op);
         }
