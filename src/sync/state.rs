@@ -668,6 +668,26 @@ impl Observed {
         self.apply_with_room(op, || 0);
     }
 
+    /// What [`Observed::apply_with_room`] does for the acknowledged adds of
+    /// `servers` to the service `key`, one after the other, with one lookup
+    /// of the service: a cold sync's answers are mostly such runs.
+    pub(crate) fn add_destinations<'a>(
+        &mut self,
+        key: &ServiceKey,
+        servers: impl IntoIterator<Item = &'a RealServer>,
+        room: impl FnOnce() -> usize,
+    ) {
+        if let Some(m) = self.get_mut(key) {
+            m.reserve_if_empty(room);
+            for rs in servers {
+                m.upsert(ObservedDest {
+                    server: *rs,
+                    conns: None,
+                });
+            }
+        }
+    }
+
     /// [`Observed::apply`], making room for `room()` real servers in a
     /// service's list when a real server is added to a list with no room
     /// yet (`room` is called then only).
@@ -683,13 +703,7 @@ impl Observed {
                 self.remove(k);
             }
             Write::AddDestination(k, rs) | Write::UpdateDestination(k, rs) => {
-                if let Some(m) = self.get_mut(k) {
-                    m.reserve_if_empty(room);
-                    m.upsert(ObservedDest {
-                        server: *rs,
-                        conns: None,
-                    });
-                }
+                self.add_destinations(k, [rs], room);
             }
             Write::DeleteDestination(k, addr) => {
                 if let Some(m) = self.get_mut(k) {

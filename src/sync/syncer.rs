@@ -1631,14 +1631,20 @@ impl Core {
         let cleanup = self.options.conntrack_cleanup;
         let mut answered = 0;
         let mut failed = Vec::new();
+        let mut recorder = Recorder::default();
         let outcome = kernel.write(
             ops,
             self.options.mode == BatchMode::OneByOne,
             |index, result| {
                 answered += 1;
                 match (ops.get(index), result) {
+                    (Some(Write::AddDestination(..)), Ok(())) => {
+                        // Memory is all an add of a real server changes.
+                        recorder.acknowledged(memory, ledger, ops, index, desired);
+                        dests.added += 1;
+                    }
                     (Some(op), Ok(())) => {
-                        remember(memory, ledger, op, desired);
+                        recorder.acknowledged(memory, ledger, ops, index, desired);
                         // Acknowledged deletes of real servers and services
                         // are known here, and only here.
                         time_drain(drains, op, desired, now);
@@ -1675,6 +1681,7 @@ impl Core {
                 }
             },
         );
+        recorder.finish(&mut self.memory, ops, desired);
         report.writes_sent += answered;
         if let Err(error) = outcome {
             if error.operation() != Some(&Operation::OpenSyncSocket) {
@@ -2176,17 +2183,81 @@ fn time_drain(drains: &mut Drains, op: &Write, desired: &DesiredState, now: Inst
     }
 }
 
+/// The room a service's list of real servers gets in memory: its desired
+/// real servers. Made with the first one added: grown one add at a time, a
+/// list of ten would take room for sixteen. Made no sooner: a cold sync
+/// holds the real servers still to send meanwhile.
+fn room_for(desired: &DesiredState, key: &ServiceKey) -> usize {
+    desired.get(key).map_or(0, |ds| ds.destinations().len())
+}
+
+/// Records acknowledged operations in memory and the ledger in the order
+/// they are answered. Adds of real servers to one service answered one
+/// after the other (most of a cold sync's answers) are recorded together,
+/// with one lookup of the service instead of one each; any other answer
+/// records them first.
+#[derive(Debug, Default)]
+struct Recorder {
+    /// The adds not recorded yet: those of `ops[start..end]` to `key`.
+    run: Option<AddRun>,
+}
+
+#[derive(Debug)]
+struct AddRun {
+    key: ServiceKey,
+    start: usize,
+    end: usize,
+}
+
+impl Recorder {
+    /// Records that the kernel acknowledged `ops[index]`.
+    fn acknowledged(
+        &mut self,
+        memory: &mut Observed,
+        ledger: &mut Ledger,
+        ops: &[Write],
+        index: usize,
+        desired: &DesiredState,
+    ) {
+        match ops.get(index) {
+            Some(Write::AddDestination(key, _)) => {
+                if let Some(r) = &mut self.run
+                    && r.key == *key
+                    && r.end == index
+                {
+                    r.end += 1;
+                    return;
+                }
+                self.finish(memory, ops, desired);
+                self.run = Some(AddRun {
+                    key: *key,
+                    start: index,
+                    end: index + 1,
+                });
+            }
+            Some(op) => {
+                self.finish(memory, ops, desired);
+                remember(memory, ledger, op, desired);
+            }
+            None => {}
+        }
+    }
+
+    /// Records the adds held back: before memory is read.
+    fn finish(&mut self, memory: &mut Observed, ops: &[Write], desired: &DesiredState) {
+        let Some(run) = self.run.take() else { return };
+        let held = ops.get(run.start..run.end).unwrap_or_default();
+        let servers = held.iter().filter_map(|op| match op {
+            Write::AddDestination(_, rs) => Some(rs),
+            _ => None,
+        });
+        memory.add_destinations(&run.key, servers, || room_for(desired, &run.key));
+    }
+}
+
 /// Records an acknowledged operation in memory and the ledger.
 fn remember(memory: &mut Observed, ledger: &mut Ledger, op: &Write, desired: &DesiredState) {
-    // Room for a service's desired real servers is made with the first one:
-    // grown one add at a time, a list of ten would take room for sixteen.
-    // Made no sooner: a cold sync holds the real servers still to send
-    // meanwhile.
-    memory.apply_with_room(op, || {
-        desired
-            .get(&op.key())
-            .map_or(0, |ds| ds.destinations().len())
-    });
+    memory.apply_with_room(op, || room_for(desired, &op.key()));
     match op {
         // Created by this syncer: its own (a claim settled).
         Write::AddService(vs) => ledger.insert_owned(vs.key),
@@ -2234,6 +2305,55 @@ mod tests {
                     prop_assert!(round.len() == max || total + ops(&next[0]) > size);
                 }
             }
+        }
+
+        /// Answers recorded by a `Recorder`, adds of real servers in runs,
+        /// leave memory and the ledger as recording each answer in turn
+        /// does, whatever the operations, which of them the kernel
+        /// acknowledged and the order of the answers.
+        #[test]
+        fn recorded_runs_of_adds_leave_what_one_by_one_leaves(
+            ops in prop::collection::vec((0u8..6, 0u8..3, 0u8..4, 0u32..3), 0..40),
+            acked in prop::collection::vec(prop::bool::weighted(0.8), 40),
+            in_order in prop::bool::ANY,
+            order in Just((0..40usize).collect::<Vec<_>>()).prop_shuffle(),
+        ) {
+            let key = |s: u8| ServiceKey::tcp(std::net::SocketAddr::from(([10, 96, 0, s + 1], 80)));
+            let rs = |d: u8, w: u32| {
+                RealServer::new(std::net::SocketAddr::from(([10, 244, 0, d + 1], 80))).with_weight(w)
+            };
+            let ops: Vec<Write> = ops
+                .iter()
+                .map(|&(what, s, d, w)| match what {
+                    0 => Write::AddService(VirtualServer::new(key(s))),
+                    1 => Write::DeleteService(key(s)),
+                    2 => Write::UpdateDestination(key(s), rs(d, w)),
+                    3 => Write::DeleteDestination(key(s), rs(d, w).addr),
+                    // Adds, the most frequent, as in a cold sync.
+                    _ => Write::AddDestination(key(s), rs(d, w)),
+                })
+                .collect();
+            let mut desired = DesiredState::new();
+            desired.insert(VirtualServer::new(key(0)), (0..3).map(|d| rs(d, 1))).unwrap();
+            let mut start = Observed::new();
+            start.apply(&Write::AddService(VirtualServer::new(key(1))));
+            let answers: Vec<usize> = if in_order {
+                (0..ops.len()).collect()
+            } else {
+                order.into_iter().filter(|&i| i < ops.len()).collect()
+            };
+            let answers = answers.into_iter().filter(|&i| acked[i]);
+
+            let (mut want, mut want_ledger) = (start.clone(), Ledger::new());
+            let (mut got, mut got_ledger) = (start, Ledger::new());
+            let mut recorder = Recorder::default();
+            for i in answers {
+                remember(&mut want, &mut want_ledger, &ops[i], &desired);
+                recorder.acknowledged(&mut got, &mut got_ledger, &ops, i, &desired);
+            }
+            recorder.finish(&mut got, &ops, &desired);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(got_ledger.owned(), want_ledger.owned());
         }
     }
 }
