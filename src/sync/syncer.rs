@@ -2198,10 +2198,12 @@ fn room_for(desired: &DesiredState, key: &ServiceKey) -> usize {
 /// records them first.
 #[derive(Debug, Default)]
 struct Recorder {
-    /// The adds not recorded yet: those of `ops[start..end]` to `key`.
+    /// The adds answered last, not recorded yet.
     run: Option<AddRun>,
 }
 
+/// Adds of real servers to `key`, answered as `ops[start..end]` and not
+/// recorded yet.
 #[derive(Debug)]
 struct AddRun {
     key: ServiceKey,
