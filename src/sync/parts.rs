@@ -65,35 +65,22 @@ impl<'a> Parts<'a> {
         }
     }
 
-    /// The next operation, skipped services left out.
-    fn next_op(&mut self) -> Option<Write> {
-        loop {
-            if let Some((key, dests)) = &mut self.filling {
-                if let Some(rs) = dests.next() {
-                    self.left -= 1;
-                    return Some(Write::AddDestination(*key, *rs));
-                }
-                self.filling = None;
-            }
-            if let Some(fill) = self.fills.next_if(|f| f.at <= self.next) {
-                let dests = self
-                    .desired
-                    .get(&fill.key)
-                    .map_or(&[][..], |ds| ds.destinations());
-                if self.skip.contains(&fill.key) {
-                    self.left -= dests.len();
-                } else {
-                    self.filling = Some((fill.key, dests.iter()));
-                }
-                continue;
-            }
-            let op = self.writes.next()?;
-            self.next += 1;
-            self.left -= 1;
-            if self.skip.is_empty() || !self.skip.contains(&op.key()) {
-                return Some(op);
-            }
+    /// Starts the next fill due before the next of the plan's writes (or
+    /// passes over it, its service skipped); whether there was one.
+    fn start_fill(&mut self) -> bool {
+        let Some(fill) = self.fills.next_if(|f| f.at <= self.next) else {
+            return false;
+        };
+        let dests = self
+            .desired
+            .get(&fill.key)
+            .map_or(&[][..], |ds| ds.destinations());
+        if self.skip.contains(&fill.key) {
+            self.left -= dests.len();
+        } else {
+            self.filling = Some((fill.key, dests.iter()));
         }
+        true
     }
 }
 
@@ -103,27 +90,29 @@ impl Iterator for Parts<'_> {
     fn next(&mut self) -> Option<Vec<Write>> {
         let mut part = Vec::with_capacity(self.size.min(self.left));
         while part.len() < self.size {
-            // A fill's real servers go in one run: most of a cold sync's
-            // operations are these.
             if let Some((key, dests)) = &mut self.filling {
+                // A fill's real servers go in one run: most of a cold
+                // sync's operations are these.
                 let before = part.len();
-                let room = self.size - before;
                 let key = *key;
                 part.extend(
                     dests
                         .by_ref()
-                        .take(room)
+                        .take(self.size - before)
                         .map(|rs| Write::AddDestination(key, *rs)),
                 );
                 self.left -= part.len() - before;
-                if dests.len() > 0 {
-                    break;
+                if dests.as_slice().is_empty() {
+                    self.filling = None;
                 }
-                self.filling = None;
-                continue;
+            } else if !self.start_fill() {
+                let Some(op) = self.writes.next() else { break };
+                self.next += 1;
+                self.left -= 1;
+                if self.skip.is_empty() || !self.skip.contains(&op.key()) {
+                    part.push(op);
+                }
             }
-            let Some(op) = self.next_op() else { break };
-            part.push(op);
         }
         (!part.is_empty()).then_some(part)
     }
