@@ -298,6 +298,11 @@ impl Lab {
     /// One SCTP exchange from the client's source `from` (reused across
     /// calls, as a client that keeps its port) to `to`, every wait bounded
     /// by `wait`: the name answered, or why not.
+    ///
+    /// While the association before it from the same port still closes
+    /// (its SHUTDOWN COMPLETE not yet in), the kernel refuses a new one to
+    /// the same peer with `EADDRNOTAVAIL`; the connect is tried again until
+    /// `wait` has passed.
     pub fn sctp_request_from(
         &self,
         to: SocketAddr,
@@ -310,14 +315,23 @@ impl Lab {
         } else {
             AddressFamily::Inet6
         };
-        let mut s = run_in(&ns, || {
+        let connect = || {
             let fd = socket(family, Proto::Sctp)?;
             sockopt::set_socket_reuseaddr(&fd, true)?;
             rnet::bind(&fd, &from)?;
             sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, Some(wait))?;
             rnet::connect(&fd, &to)?;
             Ok(TcpStream::from(fd))
-        })?;
+        };
+        let deadline = Instant::now() + wait;
+        let mut s = loop {
+            match run_in(&ns, connect) {
+                Err(e) if e.kind() == ErrorKind::AddrNotAvailable && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                other => break other?,
+            }
+        };
         s.set_read_timeout(Some(wait))?;
         s.write_all(REQUEST)?;
         let mut answer = String::new();
