@@ -452,9 +452,8 @@ fn replacement_sctp() {
     // An INIT from a port whose last association is still in the IPVS
     // table (CLOSED) with its conntrack entry is dropped, and the entry
     // expired, so that the next INIT starts afresh (`conn_reuse_mode`).
-    // The client's first retransmission comes after rto_initial (3 s by
-    // default, past `wait`): a quicker one keeps every try to one INIT
-    // dropped at most.
+    // The client sends the INIT again after rto_initial, 3 s by default
+    // and past `wait`; at 400 ms the second INIT falls inside the try.
     lab.client.run(
         "sysctl",
         &["-qw", "net.sctp.rto_min=200", "net.sctp.rto_initial=400"],

@@ -299,10 +299,10 @@ impl Lab {
     /// calls, as a client that keeps its port) to `to`, every wait bounded
     /// by `wait`: the name answered, or why not.
     ///
-    /// While the association before it from the same port still closes
-    /// (its SHUTDOWN COMPLETE not yet in), the kernel refuses a new one to
-    /// the same peer with `EADDRNOTAVAIL`; the connect is tried again until
-    /// `wait` has passed.
+    /// While the association before it from the same port is still being
+    /// torn down, the kernel refuses a new one to the same peer with
+    /// `EADDRNOTAVAIL` (seen for up to about 100 ms after the try before);
+    /// the connect is tried again until `wait` has passed.
     pub fn sctp_request_from(
         &self,
         to: SocketAddr,
